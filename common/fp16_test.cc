@@ -1,0 +1,50 @@
+#include "common/fp16.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace tinyserve {
+namespace {
+
+TEST(Fp16, KnownValues) {
+  EXPECT_EQ(Fp16ToFloat(0x3c00), 1.0f);
+  EXPECT_EQ(Fp16ToFloat(0xc000), -2.0f);
+  EXPECT_EQ(Fp16ToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_TRUE(std::isinf(Fp16ToFloat(0x7c00)));
+  EXPECT_TRUE(std::isnan(Fp16ToFloat(0x7e00)));
+  EXPECT_EQ(FloatToFp16(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToFp16(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToFp16(1e6f), 0x7c00);
+  EXPECT_EQ(FloatToFp16(-0.0f), 0x8000);
+}
+
+TEST(Fp16, RoundTripsEveryHalf) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7fff) > 0x7c00) continue;  // NaN payloads
+    EXPECT_EQ(FloatToFp16(Fp16ToFloat(static_cast<fp16_t>(h))), h) << std::hex << h;
+  }
+}
+
+TEST(Fp16, RoundsToNearest) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-70000.f, 70000.f);
+  for (int i = 0; i < 100000; ++i) {
+    float x = d(rng) * (i % 3 == 0 ? 1e-6f : 1.0f);
+    float y = Fp16ToFloat(FloatToFp16(x));
+    if (std::fabs(x) > 65504.f) continue;
+    // Relative error of binary16 rounding is at most 2^-11 for normals.
+    EXPECT_LE(std::fabs(y - x), std::max(std::fabs(x) * 0x1.0p-11f, 0x1.0p-25f)) << x;
+  }
+}
+
+TEST(Bf16, RoundTrip) {
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.5f)), 1.5f);
+  EXPECT_EQ(Bf16ToFloat(0x3f80), 1.0f);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(NAN))));
+}
+
+}  // namespace
+}  // namespace tinyserve

@@ -1,0 +1,97 @@
+// File: worker/gguf/gguf_file.h
+// A GGUF v3 (and v2) reader: metadata of every value type and tensor infos, over a read-only
+// memory map of the file. Format: shared/reference/model-formats.md §3.
+//
+// Parsing never trusts the file: every count, length and offset is checked against the bytes
+// that remain, and a malformed file returns InvalidArgument (or DataLoss) naming the field and
+// its byte offset, e.g. "gguf: tensor 'blk.0.attn_q.weight': data [1024, 9000) runs past the
+// end of the file (8192 bytes)". It never crashes (fuzzed by gguf_fuzz.cc).
+//
+// Thread safety: immutable after Open/Parse; any thread may read.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/ggml_types.h"
+
+namespace tinyserve {
+
+enum class GgufValueType : uint32_t {
+  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
+  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+};
+
+// One metadata value. Integers of every width are held widened; `type` keeps the stored type.
+struct GgufValue {
+  GgufValueType type = GgufValueType::kU8;
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<GgufValue>> value;
+
+  // Conversions that accept any compatible stored type (u8..i64 for integers; f32, f64 for
+  // floats; integers also convert to double). nullopt when the type does not fit.
+  std::optional<int64_t> AsInt() const;
+  std::optional<double> AsDouble() const;
+  std::optional<bool> AsBool() const;
+  const std::string* AsString() const;
+  const std::vector<GgufValue>* AsArray() const;
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<int64_t> ne;  // ne[0] is the fastest-varying dimension (the row length)
+  GgmlType type = GgmlType::kF32;
+  uint64_t offset = 0;      // from the start of the data section
+  const uint8_t* data = nullptr;  // into the mapping
+  size_t nbytes = 0;
+  int64_t NumElements() const;
+};
+
+class GgufFile {
+ public:
+  // Maps the file read-only and parses it. NotFound if the path does not exist.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // Parses bytes that the caller keeps alive for the life of the result (tests, fuzzing).
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Parse(const uint8_t* data, size_t size);
+
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  uint32_t version() const { return version_; }
+  uint32_t alignment() const { return alignment_; }
+  const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+
+  const GgufValue* Find(std::string_view key) const;
+  const GgufTensorInfo* FindTensor(std::string_view name) const;
+
+  // Typed lookups: NotFound naming the key if absent; InvalidArgument naming the key and the
+  // stored type if it has the wrong type.
+  absl::StatusOr<int64_t> GetInt(std::string_view key) const;
+  absl::StatusOr<double> GetFloat(std::string_view key) const;
+  absl::StatusOr<std::string> GetString(std::string_view key) const;
+  absl::StatusOr<std::vector<std::string>> GetStringArray(std::string_view key) const;
+  absl::StatusOr<std::vector<double>> GetFloatArray(std::string_view key) const;
+  absl::StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key) const;
+
+ private:
+  GgufFile() = default;
+  absl::Status ParseImpl(const uint8_t* data, size_t size);
+
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  uint32_t version_ = 0;
+  uint32_t alignment_ = 32;
+  std::map<std::string, GgufValue> metadata_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+}  // namespace tinyserve

@@ -1,0 +1,38 @@
+// File: worker/model/model_config.h
+// The architecture-level description of a model, filled from GGUF metadata or a Hugging Face
+// config.json.
+#pragma once
+
+#include <string>
+
+namespace tinyserve {
+
+enum class Arch { kLlama, kGpt2 };
+
+// Which channel pairs RoPE rotates (shared/reference/model-formats.md §5).
+enum class RopeStyle {
+  kAdjacent,    // (x[2i], x[2i+1]): GGUF "llama" (Q/K rows were permuted by the converter)
+  kRotateHalf,  // (x[i], x[i + d/2]): Hugging Face Llama checkpoints
+  kNone,        // learned absolute positions (GPT-2)
+};
+
+struct ModelConfig {
+  Arch arch = Arch::kLlama;
+  std::string name;
+  int n_layers = 0;
+  int dim = 0;          // hidden size
+  int n_heads = 0;      // query heads
+  int n_kv_heads = 0;   // key/value heads (GQA when < n_heads)
+  int head_dim = 0;
+  int ffn_dim = 0;      // MLP inner size
+  int vocab_size = 0;
+  int max_context = 0;  // trained context length
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopeStyle rope_style = RopeStyle::kAdjacent;
+  bool tied_embeddings = false;  // LM head is the token embedding
+};
+
+const char* ArchName(Arch arch);
+
+}  // namespace tinyserve
