@@ -1,8 +1,9 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define TS_CPU_RELAX() _mm_pause()
 #else
@@ -16,32 +17,72 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads))
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_.store(true);
-    generation_.fetch_add(1);
-  }
-  cv_.notify_all();
+  stop_.store(true, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::WorkerLoop(int index) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   while (true) {
-    // Spin for a short while: the next loop usually follows within microseconds.
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < 20000) {
-      TS_CPU_RELAX();
-      ++spins;
+    // Spin first: the next loop usually follows within microseconds. The clock is read only
+    // every 256 pauses.
+    uint32_t gen = generation_.load(std::memory_order_acquire);
+    if (gen == seen) {
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+      for (int spins = 1; (gen = generation_.load(std::memory_order_acquire)) == seen; ++spins) {
+        TS_CPU_RELAX();
+        if ((spins & 255) == 0 && std::chrono::steady_clock::now() > deadline) break;
+      }
     }
-    if (generation_.load(std::memory_order_acquire) == seen) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load() != seen; });
+    while (gen == seen) {
+      // Sleep. The seq_cst increment of sleepers_ before the re-check pairs with the caller's
+      // seq_cst generation bump before it reads sleepers_: one of the two sees the other.
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      generation_.wait(seen, std::memory_order_seq_cst);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      gen = generation_.load(std::memory_order_acquire);
     }
-    seen = generation_.load(std::memory_order_acquire);
-    if (stop_.load()) return;
+    seen = gen;
+    if (stop_.load(std::memory_order_acquire)) return;
+    // Join only the loop of this generation, and only while it is open; otherwise the caller
+    // has finished without us and job_ may already be gone.
+    uint64_t w = join_.load(std::memory_order_acquire);
+    bool joined = false;
+    while ((w >> 32) == gen && (w & kOpen) != 0) {
+      if (join_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) {
+        joined = true;
+        break;
+      }
+    }
+    if (!joined) continue;
     (*job_)(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    done_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void ThreadPool::Dispatch(const std::function<void(int)>& job, bool require_all) {
+  job_ = &job;
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  join_.store((uint64_t{gen} << 32) | kOpen, std::memory_order_relaxed);
+  generation_.store(gen, std::memory_order_seq_cst);  // publishes job_, done_, join_
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  job(0);
+  if (require_all) {
+    while ((join_.load(std::memory_order_acquire) & (kOpen - 1)) <
+           static_cast<uint64_t>(num_threads_ - 1)) {
+      TS_CPU_RELAX();
+    }
+  }
+  // Close the loop: late workers will not join; wait for those that did.
+  const int joined =
+      static_cast<int>(join_.fetch_and(~kOpen, std::memory_order_acq_rel) & (kOpen - 1));
+  for (int spins = 1; done_.load(std::memory_order_acquire) != joined; ++spins) {
+    TS_CPU_RELAX();
+    if ((spins & 1023) == 0) std::this_thread::yield();
   }
 }
 
@@ -50,15 +91,7 @@ void ThreadPool::RunOnAll(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    pending_.store(num_threads_ - 1, std::memory_order_release);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  cv_.notify_all();
-  fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) TS_CPU_RELAX();
+  Dispatch(fn, /*require_all=*/true);
 }
 
 void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
@@ -66,17 +99,23 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t units = (n + grain - 1) / grain;
-  const int parts = static_cast<int>(std::min<int64_t>(num_threads_, units));
-  if (parts <= 1) {
+  if (num_threads_ == 1 || units <= 1) {
     fn(0, n, 0);
     return;
   }
-  RunOnAll([&](int t) {
-    if (t >= parts) return;
-    const int64_t u0 = units * t / parts, u1 = units * (t + 1) / parts;
-    const int64_t b = u0 * grain, e = std::min(n, u1 * grain);
-    if (b < e) fn(b, e, t);
-  });
+  // A few chunks per thread: enough to balance uneven progress, few enough that claiming one
+  // (an atomic add) and calling fn stay cheap.
+  const int64_t chunks = std::min<int64_t>(units, 4 * num_threads_);
+  next_chunk_.store(0, std::memory_order_relaxed);
+  Dispatch(
+      [&](int t) {
+        for (int64_t c; (c = next_chunk_.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+          const int64_t b = units * c / chunks * grain;
+          const int64_t e = std::min(n, units * (c + 1) / chunks * grain);
+          if (b < e) fn(b, e, t);
+        }
+      },
+      /*require_all=*/false);
 }
 
 }  // namespace tinyserve

@@ -132,7 +132,7 @@ absl::Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n
         absl::StrCat("dequantize: unsupported type code ", static_cast<uint32_t>(type)));
   if (n % info->block_size != 0)
     return absl::InvalidArgumentError(absl::StrCat("dequantize: ", n, " elements is not a multiple of the ",
-                                                   info->name, " block size ", info->block_size));
+                                                   std::string(info->name), " block size ", info->block_size));
   const uint8_t* p = static_cast<const uint8_t*>(src);
   const int64_t nb = n / info->block_size;
   switch (type) {

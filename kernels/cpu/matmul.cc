@@ -1,10 +1,17 @@
 #include "kernels/cpu/matmul.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/quant_kernels.h"
+#include "kernels/cpu/weight_layout.h"
 
 namespace tinyserve {
 
@@ -38,15 +45,49 @@ Matrix MatrixFromFloats(const float* data, int64_t rows, int64_t cols) {
 Matrix SliceRows(const Matrix& m, int64_t r0, int64_t r1) {
   TS_CHECK(0 <= r0 && r0 <= r1 && r1 <= m.rows);
   Matrix out = Owned(m.type, r1 - r0, m.cols);
+  out.layout = m.layout;  // rows are independent in either layout
   std::memcpy(out.storage->data(), m.Row(r0), out.storage->size());
   return out;
 }
 
 void MatrixRowToFloat(const Matrix& m, int64_t r, float* out) {
+  if (m.layout == MatrixLayout::kSplit) {
+    std::vector<uint8_t> ggml(m.row_bytes);
+    UnpackRowFromSplit(m.type, m.Row(r), ggml.data(), m.cols / 32);
+    TS_CHECK(DequantizeRow(m.type, ggml.data(), out, m.cols).ok());
+    return;
+  }
   TS_CHECK(DequantizeRow(m.type, m.Row(r), out, m.cols).ok());
 }
 
-absl::StatusOr<Matrix> SliceCols(const Matrix& m, int64_t c0, int64_t c1) {
+bool RepackEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("TINYSERVE_REPACK");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
+Matrix RepackToSplit(const Matrix& m) {
+  TS_CHECK(HasSplitLayout(m.type)) << GgmlTypeName(m.type);
+  if (m.layout == MatrixLayout::kSplit) return m;
+  Matrix out = Owned(m.type, m.rows, m.cols);
+  out.layout = MatrixLayout::kSplit;
+  for (int64_t r = 0; r < m.rows; ++r)
+    RepackRowToSplit(m.type, m.Row(r), out.storage->data() + r * out.row_bytes, m.cols / 32);
+  return out;
+}
+
+Matrix ToGgmlLayout(const Matrix& m) {
+  if (m.layout == MatrixLayout::kGgml) return m;
+  Matrix out = Owned(m.type, m.rows, m.cols);
+  for (int64_t r = 0; r < m.rows; ++r)
+    UnpackRowFromSplit(m.type, m.Row(r), out.storage->data() + r * out.row_bytes, m.cols / 32);
+  return out;
+}
+
+absl::StatusOr<Matrix> SliceCols(const Matrix& split_or_ggml, int64_t c0, int64_t c1) {
+  const Matrix m = ToGgmlLayout(split_or_ggml);
   if (!(0 <= c0 && c0 <= c1 && c1 <= m.cols))
     return absl::InvalidArgumentError(absl::StrCat("column slice [", c0, ", ", c1, ") out of range"));
   const GgmlTypeInfo* info = GetGgmlTypeInfo(m.type);
@@ -70,10 +111,11 @@ absl::StatusOr<Matrix> PrepareMatrix(Matrix m) {
   switch (m.type) {
     case GgmlType::kF32:
     case GgmlType::kF16:
+      return m;
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
     case GgmlType::kQ8_0:
-      return m;
+      return RepackEnabled() ? RepackToSplit(m) : m;
     default:
       break;
   }
@@ -99,30 +141,119 @@ void MatMulReference(const Matrix& w, const float* x, int64_t n_tokens, float* y
   }
 }
 
-void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
-  auto body = [&](int64_t r0, int64_t r1, int) {
-    std::vector<float> row(w.cols);
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* wr;
-      if (w.type == GgmlType::kF32) {
-        wr = reinterpret_cast<const float*>(w.Row(r));
-      } else {
-        MatrixRowToFloat(w, r, row.data());
-        wr = row.data();
-      }
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const float* xt = x + t * w.cols;
-        float acc = 0;
-        for (int64_t c = 0; c < w.cols; ++c) acc += wr[c] * xt[c];
-        y[t * w.rows + r] = acc;
-      }
+const CpuKernels& CpuKernelsFor(CpuIsa isa) {
+#if defined(TINYSERVE_X86_KERNELS)
+  if (isa == CpuIsa::kAvx512) return Avx512CpuKernels();
+  if (isa == CpuIsa::kAvx2) return Avx2CpuKernels();
+#else
+  (void)isa;
+#endif
+  return ScalarCpuKernels();
+}
+
+namespace {
+
+// A 64-byte aligned, growable scratch buffer (one per thread: activations, repacked rows).
+class AlignedScratch {
+ public:
+  ~AlignedScratch() { std::free(data_); }
+  uint8_t* Get(size_t bytes) {
+    if (bytes > capacity_) {
+      std::free(data_);
+      capacity_ = (bytes + 4095) / 4096 * 4096;
+      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, capacity_));
+      TS_CHECK(data_ != nullptr);
     }
-  };
-  if (pool) {
-    pool->ParallelFor(w.rows, body, 16);
-  } else {
-    body(0, w.rows, 0);
+    return data_;
   }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// Runs body(r0, r1, thread) over the output rows: on the caller alone when the work is too small
+// to share (see kMatMulMinBytesPerThread), else split in row ranges aligned to 16 rows (one
+// cache line of y per range boundary).
+void ForRows(const Matrix& w, int64_t n_tokens, ThreadPool* pool,
+             const std::function<void(int64_t, int64_t, int)>& body) {
+  const size_t work = w.row_bytes * static_cast<size_t>(w.rows) * static_cast<size_t>(n_tokens);
+  if (pool == nullptr || pool->num_threads() == 1 || work < 2 * kMatMulMinBytesPerThread ||
+      w.rows < 32) {
+    body(0, w.rows, 0);
+    return;
+  }
+  pool->ParallelFor(w.rows, body, 16);
+}
+
+}  // namespace
+
+void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
+  if (n_tokens <= 0 || w.rows == 0) return;
+  const CpuKernels& k = CpuKernelsFor(ActiveCpuIsa());
+  switch (w.type) {
+    case GgmlType::kF32:
+      ForRows(w, n_tokens, pool, [&](int64_t r0, int64_t r1, int) {
+        k.gemm_f32(reinterpret_cast<const float*>(w.Row(r0)), static_cast<int64_t>(w.row_bytes / 4),
+                   r1 - r0, w.cols, x, n_tokens, y + r0, w.rows);
+      });
+      return;
+    case GgmlType::kF16:
+      ForRows(w, n_tokens, pool, [&](int64_t r0, int64_t r1, int) {
+        k.gemm_f16(reinterpret_cast<const uint16_t*>(w.Row(r0)),
+                   static_cast<int64_t>(w.row_bytes / 2), r1 - r0, w.cols, x, n_tokens, y + r0,
+                   w.rows);
+      });
+      return;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ8_0:
+      break;
+    default: {
+      // Not a MatMul type (PrepareMatrix converts these): dequantize row by row.
+      ForRows(w, n_tokens, pool, [&](int64_t r0, int64_t r1, int) {
+        std::vector<float> row(w.cols);
+        for (int64_t r = r0; r < r1; ++r) {
+          MatrixRowToFloat(w, r, row.data());
+          k.gemm_f32(row.data(), w.cols, 1, w.cols, x, n_tokens, y + r, w.rows);
+        }
+      });
+      return;
+    }
+  }
+
+  // Quantize the activations once (token rows in parallel when there are many).
+  static thread_local AlignedScratch act_scratch;
+  const size_t act_stride = ActRowBytes(w.cols);
+  uint8_t* acts = act_scratch.Get(act_stride * static_cast<size_t>(n_tokens));
+  auto quantize = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) k.quantize_acts(w.type, x + t * w.cols, w.cols, acts + t * act_stride);
+  };
+  if (pool != nullptr && pool->num_threads() > 1 && n_tokens >= 16) {
+    pool->ParallelFor(n_tokens, quantize);
+  } else {
+    quantize(0, n_tokens, 0);
+  }
+
+  if (w.layout == MatrixLayout::kSplit) {
+    ForRows(w, n_tokens, pool, [&](int64_t r0, int64_t r1, int) {
+      k.gemm_split(w.type, w.Row(r0), w.row_bytes, r1 - r0, w.cols, acts, act_stride, n_tokens,
+                   y + r0, w.rows);
+    });
+    return;
+  }
+  // ggml layout: repack a few rows at a time into per-thread scratch (stays in L1).
+  ForRows(w, n_tokens, pool, [&](int64_t r0, int64_t r1, int) {
+    static thread_local AlignedScratch row_scratch;
+    constexpr int64_t kChunk = 8;
+    uint8_t* buf = row_scratch.Get(w.row_bytes * kChunk);
+    for (int64_t r = r0; r < r1; r += kChunk) {
+      const int64_t n = std::min(kChunk, r1 - r);
+      for (int64_t i = 0; i < n; ++i)
+        RepackRowToSplit(w.type, w.Row(r + i), buf + i * w.row_bytes, w.cols / 32);
+      k.gemm_split(w.type, buf, w.row_bytes, n, w.cols, acts, act_stride, n_tokens, y + r, w.rows);
+    }
+  });
 }
 
 }  // namespace tinyserve

@@ -6,7 +6,21 @@
 // dot(W[r, :], x[t, :]). Data either points into a memory-mapped model file or is owned.
 //
 // MatMul supports F32, F16, Q4_0, Q4_1 and Q8_0 directly; PrepareMatrix converts any other
-// supported type (BF16, Q5_0, Q5_1, Q4_K, Q6_K) to F32 once at load.
+// supported type (BF16, Q5_0, Q5_1, Q4_K, Q6_K) to F32 once at load, and repacks Q4_0, Q4_1
+// and Q8_0 into the split layout of weight_layout.h (same size; one SIMD load per four blocks)
+// unless TINYSERVE_REPACK=0. A matrix in ggml layout still works everywhere, only slower.
+//
+// How MatMul computes (the llama.cpp scheme, shared/reference/model-formats.md §11): the
+// activations are quantized once per call and token row, to Q8_0 (Q4_0 and Q8_0 weights) or Q8_1
+// (Q4_1 weights), and every output is a sum over blocks of integer block dots times the block
+// scales, in fp32 (quant_kernels.h gives the exact formulas). So y differs from the float
+// product by the activation quantization error (about 1e-2 of Σ|w·x| at worst); against a
+// reference that uses the same quantized activations it agrees to fp32 rounding. F32 and F16
+// weights multiply float activations directly. The instruction set (scalar, AVX2, AVX-512 VNNI)
+// is picked at run time; see cpu_features.h and TINYSERVE_CPU_ISA.
+//
+// Threads: MatMul splits output rows over the pool when the matrix is big enough to pay for the
+// synchronisation (kMatMulMinBytesPerThread) and runs inline on the caller otherwise.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +33,15 @@
 
 namespace tinyserve {
 
+// How the rows of a quantized matrix are arranged.
+enum class MatrixLayout {
+  kGgml,   // ggml blocks, as in the GGUF file
+  kSplit,  // weight_layout.h (Q4_0, Q4_1, Q8_0 only); owned storage
+};
+
 struct Matrix {
   GgmlType type = GgmlType::kF32;
+  MatrixLayout layout = MatrixLayout::kGgml;
   int64_t rows = 0;     // output features
   int64_t cols = 0;     // input features
   size_t row_bytes = 0;
@@ -37,8 +58,15 @@ Matrix SliceRows(const Matrix& m, int64_t r0, int64_t r1);
 // Copies columns [c0, c1) of every row into an owned matrix. Quantized types keep their type
 // when c0 and c1 fall on block boundaries; otherwise the result is F32.
 absl::StatusOr<Matrix> SliceCols(const Matrix& m, int64_t c0, int64_t c1);
-// Converts to a type MatMul runs directly (see above); others pass through unchanged.
+// Converts to a type MatMul runs directly (see above) and repacks Q4_0 / Q4_1 / Q8_0 to the
+// split layout when RepackEnabled(); others pass through unchanged.
 absl::StatusOr<Matrix> PrepareMatrix(Matrix m);
+// False when the environment sets TINYSERVE_REPACK=0 (read once).
+bool RepackEnabled();
+// The matrix in split layout (a copy; REQUIRES: Q4_0, Q4_1 or Q8_0), and back in ggml layout
+// (returned as is when already ggml).
+Matrix RepackToSplit(const Matrix& m);
+Matrix ToGgmlLayout(const Matrix& m);
 // Dequantizes one row to float.
 void MatrixRowToFloat(const Matrix& m, int64_t r, float* out);
 // An owned F32 matrix from floats [rows][cols].
@@ -47,6 +75,11 @@ Matrix MatrixFromFloats(const float* data, int64_t rows, int64_t cols);
 // y[t, r] = dot(W[r, :], x[t, :]) for t < n_tokens; x [n_tokens, cols], y [n_tokens, rows]
 // (rows of y are `rows` apart). Work is split over output rows across the pool's threads.
 void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
+
+// MatMul runs on one thread when the weights are smaller than this many bytes per extra
+// thread (per token row for n_tokens > 1 it counts n_tokens times): below it, waking and
+// joining a thread costs more than it saves. Measured by bench/matmul_bench.cc.
+inline constexpr size_t kMatMulMinBytesPerThread = 64 * 1024;
 
 // The straightforward version (dequantize a row, float dot): the oracle for tests of MatMul.
 void MatMulReference(const Matrix& w, const float* x, int64_t n_tokens, float* y);

@@ -3,9 +3,15 @@
 // memory map of the file. Format: shared/reference/model-formats.md §3.
 //
 // Parsing never trusts the file: every count, length and offset is checked against the bytes
-// that remain, and a malformed file returns InvalidArgument (or DataLoss) naming the field and
-// its byte offset, e.g. "gguf: tensor 'blk.0.attn_q.weight': data [1024, 9000) runs past the
-// end of the file (8192 bytes)". It never crashes (fuzzed by gguf_fuzz.cc).
+// that remain before anything is allocated, and a malformed file returns InvalidArgument naming
+// the field and its byte offset, e.g. "gguf: tensor 'w' ne[1] at byte 90: negative dimension -3"
+// or "gguf: tensor 'blk.0.attn_q.weight': data [1024, 9000) runs past the end of the file (8192
+// bytes)". Checked: magic; version 2 or 3; tensor, KV, array and string counts against the
+// remaining bytes; value type codes; bool bytes (0 or 1); array nesting (at most 8 deep);
+// duplicate keys and tensor names; general.alignment (a power of two, default 32); n_dims in
+// [1, 4]; ne[j] >= 0 without overflow; ne[0] a multiple of the block size; known ggml type
+// codes; offsets aligned and equal to the running total of padded sizes (llama.cpp's rule);
+// tensor data inside the file. It never crashes (gguf_fuzz.cc; gguf_file_test MutationSmoke).
 //
 // Thread safety: immutable after Open/Parse; any thread may read.
 #pragma once
@@ -28,6 +34,9 @@ enum class GgufValueType : uint32_t {
   kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
   kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
 };
+
+// "u8", "string", "array", ...: for error messages.
+std::string_view GgufValueTypeName(GgufValueType type);
 
 // One metadata value. Integers of every width are held widened; `type` keeps the stored type.
 struct GgufValue {
@@ -66,6 +75,8 @@ class GgufFile {
 
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
+  // Byte offset of the data section from the start of the file.
+  uint64_t data_offset() const { return data_offset_; }
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
 
@@ -89,6 +100,7 @@ class GgufFile {
   size_t map_size_ = 0;
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;

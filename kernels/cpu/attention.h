@@ -1,0 +1,45 @@
+// File: kernels/cpu/attention.h
+// Exact decode/prefill attention on the CPU over spans of an fp16 paged KV cache.
+//
+// One call handles the n_q query heads that share one KV head (a GQA group) against any set of
+// token spans (whole pages, partial pages, or a selection of pages): online softmax in fp32, so
+// the result equals softmax over exactly the union of the spans' tokens, whatever their order.
+// K/V rows are converted from fp16 with F16C where the CPU has it (chosen at run time).
+#pragma once
+
+#include <cstdint>
+
+#include "common/fp16.h"
+
+namespace tinyserve {
+
+struct KvSpan {
+  const fp16_t* k = nullptr;  // [n][head_dim]
+  const fp16_t* v = nullptr;  // [n][head_dim]
+  int n = 0;
+};
+
+struct AttendOptions {
+  float scale = 1.0f;           // usually 1/sqrt(head_dim)
+  // Optional: raw scores scale*q·k of every token, [n_q][total tokens] in span order.
+  float* scores_out = nullptr;
+  // Optional: log-sum-exp of the scores per query head [n_q] (probability = exp(score - lse)).
+  float* lse_out = nullptr;
+};
+
+// q [n_q][head_dim] fp32, out [n_q][head_dim] fp32. REQUIRES: head_dim % 8 == 0, n_q <= 64.
+// With no tokens at all, out is zero (and lse -inf).
+void AttendSpans(const float* q, int n_q, int head_dim, const KvSpan* spans, int n_spans,
+                 const AttendOptions& options, float* out);
+
+// The same with plain loops (the test oracle and the fallback).
+void AttendSpansReference(const float* q, int n_q, int head_dim, const KvSpan* spans,
+                          int n_spans, const AttendOptions& options, float* out);
+
+// fp16 -> fp32 for n values (F16C when available).
+void Fp16ToFloatRow(const fp16_t* src, float* dst, int n);
+
+// True when the F16C/AVX2/FMA path is in use (TINYSERVE_CPU_ISA=scalar turns it off).
+bool AttentionUsesSimd();
+
+}  // namespace tinyserve

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# GPU check for one lent H200 (sparse-attention.md §7.2): builds kernels/cuda in the kernels-only
+# configuration, runs the GPU tests, the decode-attention microbenchmark, the end-to-end decode
+# benchmark, the PyTorch SDPA comparison and the one-rank NCCL check, and prints a short summary
+# table LAST. Full logs and JSON lines go to $OUT (else ./gpu-results). Every step is time-capped;
+# a failed step is reported and the script goes on to the summary. Budget: < 8 minutes.
+#   Expected: configure ~0.5 min, build ~2-3 min (16 cores), tests ~1 min, attention bench
+#   ~1.5 min, e2e ~1 min, SDPA ~1 min, NCCL seconds.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+RES=${OUT:-$ROOT/gpu-results}
+mkdir -p "$RES"
+STEPS=$RES/steps.txt
+: > "$STEPS"
+T_START=$(date +%s)
+
+# step NAME TIMEOUT_S CMD...: runs CMD with a time cap, output to $RES/NAME.log, records rc.
+step() {
+  local name=$1 cap=$2
+  shift 2
+  local t0 rc
+  t0=$(date +%s)
+  echo "=== $name (cap ${cap}s): $*" | tee -a "$RES/all.log"
+  timeout --kill-after=10 "$cap" "$@" > "$RES/$name.log" 2>&1
+  rc=$?
+  tail -n 5 "$RES/$name.log" | sed 's/^/    /'
+  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$STEPS"
+  return $rc
+}
+
+step gpu_info 30 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv; nvcc --version | tail -2; cmake --version | head -1'
+
+# NCCL: the toolkit's, else the one in the Python wheel (nvidia-nccl-cu13), passed explicitly.
+NCCL_ARGS=()
+if [ ! -f /usr/local/cuda/include/nccl.h ] && [ ! -f /usr/include/nccl.h ]; then
+  NCCL_DIR=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for h in glob.glob(os.path.join(r, "nvidia", "**", "nccl.h"), recursive=True):
+        inc = os.path.dirname(h)
+        libs = glob.glob(os.path.join(os.path.dirname(inc), "lib", "libnccl.so*"))
+        if libs:
+            print(inc + "|" + sorted(libs)[0]); sys.exit(0)
+PY
+)
+  if [ -n "${NCCL_DIR:-}" ]; then
+    NCCL_ARGS=(-DNCCL_INCLUDE_DIR="${NCCL_DIR%%|*}" -DNCCL_LIBRARY="${NCCL_DIR##*|}")
+    echo "NCCL from the Python wheel: $NCCL_DIR" | tee -a "$RES/all.log"
+  fi
+fi
+
+GEN=()
+if command -v ninja > /dev/null 2>&1; then GEN=(-G Ninja); fi
+GTEST_ARGS=()
+if [ -d "$ROOT/.gpu-carry/googletest" ]; then
+  GTEST_ARGS=(-DTINYSERVE_GTEST_SOURCE="$ROOT/.gpu-carry/googletest")
+fi
+rm -rf build-gpu
+step configure 120 cmake -S . -B build-gpu -DTINYSERVE_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
+  ${GTEST_ARGS[@]+"${GTEST_ARGS[@]}"} ${NCCL_ARGS[@]+"${NCCL_ARGS[@]}"} ${GEN[@]+"${GEN[@]}"}
+step build 330 cmake --build build-gpu -j "$(nproc)"
+BIN=$ROOT/build-gpu/bin
+
+if [ -d build-gpu ]; then
+  (cd build-gpu && step ctest 240 ctest --output-on-failure --timeout 200 -j 3)
+else
+  echo "ctest rc=skipped (no build)" | tee -a "$STEPS"
+fi
+rm -f "$RES/attention.jsonl" "$RES/e2e.jsonl" "$RES/sdpa.jsonl"
+step attention_bench 150 "$BIN/cuda_attention_bench" --out "$RES/attention.jsonl" --max-seconds 110
+step e2e_bench 120 "$BIN/cuda_e2e_decode_bench" --out "$RES/e2e.jsonl" --contexts 8192,32768 \
+  --batches 1,16 --budget 2048 --steps 20
+step sdpa_bench 120 python3 scripts/gpu_sdpa_bench.py --out "$RES/sdpa.jsonl" --max-seconds 80
+if [ -x "$BIN/cuda_nccl_check" ]; then
+  step nccl_check 60 "$BIN/cuda_nccl_check"
+else
+  echo "nccl_check rc=skipped (NCCL not found at configure)" | tee -a "$STEPS"
+fi
+echo "total $(( $(date +%s) - T_START ))s" | tee -a "$STEPS"
+
+# Summary, printed last.
+python3 - "$RES" <<'PY'
+import json, os, re, sys
+res = sys.argv[1]
+def load(name):
+    out = []
+    p = os.path.join(res, name)
+    if os.path.exists(p):
+        for line in open(p):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+att, e2e, sdpa = load("attention.jsonl"), load("e2e.jsonl"), load("sdpa.jsonl")
+print("\n================ TinyServe GPU check summary ================")
+print(open(os.path.join(res, "steps.txt")).read().strip().replace("\n", " | "))
+ct = os.path.join(res, "ctest.log")
+if os.path.exists(ct):
+    txt = open(ct).read()
+    m = re.search(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)", txt)
+    fails = re.findall(r"\d+ - (\S+) \((Failed|Timeout|SEGFAULT|Subprocess aborted|Not Run)\)", txt)
+    print("tests:", m.group(0) if m else "no ctest summary", "| failed:", fails or "none")
+copy = [r for r in att if r.get("kind") == "copy_bw"]
+cbw = copy[0]["GBps"] if copy else None
+print("copy bandwidth (D2D, read+write): %s GB/s" % (("%.0f" % cbw) if cbw else "n/a"))
+dense = {(r["geom"], r["batch"], r["context"]): r for r in att if r.get("variant") == "dense"}
+quest = {(r["geom"], r["batch"], r["context"], r["budget"]): r for r in att if r.get("variant") == "quest"}
+best = {(r["geom"], r["batch"], r["context"]): r for r in sdpa if r.get("kind") == "sdpa_best"}
+print("%-8s %5s %6s %6s | %9s %9s %9s | %7s %7s | %6s %6s" % (
+    "geom", "batch", "ctx", "budget", "quest_us", "dense_us", "sdpa_us", "q/d_x", "d/sdpa",
+    "dBW%", "qBW%"))
+for geom in ("smollm2", "7b"):
+    for ctx, bud in ((32768, 2048), (131072, 2048), (8192, 1024)):
+        for b in (1, 16, 64):
+            d = dense.get((geom, b, ctx)); q = quest.get((geom, b, ctx, bud)); s = best.get((geom, b, ctx))
+            if not d and not q:
+                continue
+            f = lambda r, k: ("%.1f" % r[k]) if r and k in r else "-"
+            sp = ("%.2f" % (d["us"] / q["us"])) if d and q else "-"
+            ds = ("%.2f" % (d["us"] / s["us"])) if d and s else "-"
+            dbw = ("%.0f" % (100 * d["GBps"] / cbw)) if d and cbw else "-"
+            qbw = ("%.0f" % (100 * q["GBps"] / cbw)) if q and cbw else "-"
+            print("%-8s %5d %6d %6d | %9s %9s %9s | %7s %7s | %6s %6s" % (
+                geom, b, ctx, bud, f(q, "us"), f(d, "us"), f(s, "us"), sp, ds, dbw, qbw))
+print("(q/d_x = dense_us / quest_us; d/sdpa = dense_us / sdpa_us (<1: ours faster); BW% = achieved "
+      "bytes-read bandwidth / copy bandwidth; quest bytes include the boxes)")
+for ctx in (8192, 32768):
+    for b in (1, 16):
+        rd = [r for r in e2e if r["context"] == ctx and r["batch"] == b and r["mode"] == "dense"]
+        rq = [r for r in e2e if r["context"] == ctx and r["batch"] == b and r["mode"] == "quest"]
+        if rd or rq:
+            td = rd[0]["tok_per_s"] if rd else float("nan")
+            tq = rq[0]["tok_per_s"] if rq else float("nan")
+            print("e2e tinyllama ctx %6d batch %2d: dense %8.1f tok/s  quest(2048) %8.1f tok/s  x%.2f"
+                  % (ctx, b, td, tq, tq / td if rd and rq else float("nan")))
+PY

@@ -1,0 +1,71 @@
+#include "services/tinyserve/cli_common.h"
+
+#include <cstdio>
+
+#include "common/paths.h"
+
+namespace tinyserve {
+
+void EngineFlags::Register(FlagSet* f) {
+  options.model_path = DefaultModelPath();
+  f->String("model", &options.model_path, "GGUF file or Hugging Face folder");
+  f->Int("threads", &options.threads, "CPU threads");
+  f->Int("page-size", &options.page_size, "KV page size in tokens");
+  f->Int64("kv-memory-mb", &options.kv_memory_mb, "KV cache pool size in MiB");
+  f->Int("max-context", &options.max_context, "context limit (0: the model's)");
+  f->Int("max-batch", &options.max_batch, "sequences decoded together");
+  f->String("policy", &policy, "token selection: dense, quest, streaming, h2o, snapkv, oracle, random");
+  f->Int("budget", &budget, "selection token budget per layer and KV head");
+  f->Int("dense-layers", &dense_layers, "first N layers always dense");
+  f->Int("sink-pages", &sink_pages, "always-kept first pages");
+  f->Int("recent-pages", &recent_pages, "always-kept recent pages");
+  f->Int("oracle-every", &oracle_every, "compare with the oracle every N decode steps (0: never)");
+  f->String("gqa", &gqa, "quest: combine a GQA group's scores by max or sum");
+}
+
+SelectionSpec EngineFlags::Selection() const {
+  SelectionSpec s;
+  s.policy = policy;
+  s.budget = budget;
+  s.dense_layers = dense_layers;
+  s.sink_pages = sink_pages;
+  s.recent_pages = recent_pages;
+  s.oracle_every = oracle_every;
+  if (!gqa.empty()) s.params["gqa"] = gqa;
+  return s;
+}
+
+EngineOptions EngineFlags::Build() const {
+  EngineOptions o = options;
+  o.default_selection = Selection();
+  return o;
+}
+
+void SamplingFlags::Register(FlagSet* f) {
+  f->Int("max-tokens", &params.max_tokens, "tokens to generate");
+  f->Float("temperature", &params.temperature, "sampling temperature (0: greedy)");
+  f->Int("top-k", &params.top_k, "keep the k most likely tokens (0: off)");
+  f->Float("top-p", &params.top_p, "nucleus sampling mass (1: off)");
+  f->Float("min-p", &params.min_p, "drop tokens below min-p times the top probability");
+  f->Float("repetition-penalty", &params.repetition_penalty, "penalty for seen tokens (1: off)");
+  f->Int64("seed", &seed, "random seed (-1: from the request)");
+  f->StringList("stop", &stop, "stop string (repeatable)");
+  f->Bool("ignore-eos", &params.ignore_eos, "keep generating past end-of-sequence tokens");
+}
+
+SamplingParams SamplingFlags::Build() const {
+  SamplingParams p = params;
+  if (seed >= 0) {
+    p.seed = static_cast<uint64_t>(seed);
+    p.has_seed = true;
+  }
+  p.stop = stop;
+  return p;
+}
+
+int FailWith(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,44 @@
+// File: services/tinyserve/cli_common.h
+// Flags shared by the CLI commands: model and engine options, sampling, selection.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "worker/engine/engine.h"
+
+namespace tinyserve {
+
+struct EngineFlags {
+  EngineOptions options;
+  std::string policy = "dense";
+  int budget = 1024;
+  int dense_layers = 2;
+  int sink_pages = 0;
+  int recent_pages = 0;
+  int oracle_every = 0;
+  std::string gqa;  // quest: max | sum
+  void Register(FlagSet* flags);
+  // Copies the selection flags into options.default_selection.
+  EngineOptions Build() const;
+  SelectionSpec Selection() const;
+};
+
+struct SamplingFlags {
+  SamplingParams params;
+  int64_t seed = -1;
+  std::vector<std::string> stop;
+  void Register(FlagSet* flags);
+  SamplingParams Build() const;
+};
+
+// Prints "error: <message>" to stderr and returns 1 (the CLI's one-line failure).
+int FailWith(const std::string& message);
+
+// Command entry points (args exclude the program and command names).
+int RunGenerateCommand(const std::vector<std::string>& args);
+int RunEvalCommand(const std::vector<std::string>& args);
+int RunBenchCommand(const std::vector<std::string>& args);
+
+}  // namespace tinyserve

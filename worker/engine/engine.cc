@@ -1,0 +1,681 @@
+#include "worker/engine/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "common/timer.h"
+#include "worker/kv/page_pool.h"
+#include "worker/kv/paged_kv_cache.h"
+#include "worker/model/weight_source.h"
+#include "worker/runner/transformer.h"
+#include "worker/sampling/sampler.h"
+#include "worker/select/selector.h"
+#include "worker/tp/communicator.h"
+
+namespace tinyserve {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kEos: return "eos";
+    case FinishReason::kStopToken: return "stop_token";
+    case FinishReason::kStopString: return "stop";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kDeadline: return "deadline";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// One request in the engine.
+struct Sequence {
+  GenerateRequest req;
+  std::shared_ptr<RequestSink> sink;
+  std::vector<int32_t> tokens;   // prompt + generated
+  int prompt_len = 0;
+  int64_t computed = 0;          // tokens whose K/V are in the cache
+  std::vector<int32_t> pages;    // page table
+  std::vector<uint64_t> hashes;  // chained hash of each full page registered so far
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<Policy> policy;
+  Utf8StreamDecoder utf8;
+  std::string held;              // decoded text held back (could start a stop string)
+  RequestUsage usage;
+  double arrival = 0, scheduled = -1, first_token = -1, last_token = -1;
+  int generated = 0;
+  bool finished = false;
+  bool internal = false;         // health probes: not counted in metrics
+  int64_t order = 0;             // admission order (preemption picks the newest)
+};
+
+}  // namespace
+
+class Engine::Impl {
+ public:
+  EngineOptions opts;
+  std::unique_ptr<WeightSource> source;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<TransformerRunner> runner;
+  std::unique_ptr<PagedKvCache> kv;
+  std::unique_ptr<PagePool> pages;
+  int max_context = 0;
+  EngineObserver* observer = nullptr;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Sequence>> waiting;   // guarded by mu
+  std::vector<std::string> aborts;                  // guarded by mu
+  bool stop = false, draining = false;              // guarded by mu
+  EngineStats stats;                                // guarded by mu (snapshot)
+  std::thread thread;
+
+  // Engine thread only.
+  std::vector<std::unique_ptr<Sequence>> running;
+  std::deque<std::unique_ptr<Sequence>> local_waiting;  // preempted, ahead of the queue
+  int64_t next_order = 0;
+  std::vector<float> logits;
+
+  absl::Status Validate(const GenerateRequest& r) const;
+  void Loop();
+  bool Step();  // false when there was nothing to do
+  void Finish(std::unique_ptr<Sequence>& s, FinishReason reason, absl::Status status);
+  void FreePages(Sequence& s);
+  bool Admit(Sequence& s);
+  bool EnsurePages(Sequence& s, int64_t upto);
+  void Preempt(Sequence& s);
+  // Appends a sampled token and streams it; returns why the sequence ends, if it does.
+  std::optional<FinishReason> Emit(Sequence& s, const SampleResult& r);
+  void PublishStats();
+};
+
+absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
+  if (r.prompt_ids.empty()) return absl::InvalidArgumentError("prompt: empty prompt");
+  const int vocab = runner->config().vocab_size;
+  for (int32_t id : r.prompt_ids)
+    if (id < 0 || id >= vocab)
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt: token id ", id, " is out of range [0, ", vocab, ")"));
+  if (static_cast<int>(r.prompt_ids.size()) >= max_context)
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", r.prompt_ids.size(),
+                                                   " tokens leave no room in the context of ",
+                                                   max_context, " tokens"));
+  TS_RETURN_IF_ERROR(ValidateSamplingParams(r.sampling, vocab, max_context));
+  if (r.selection) TS_RETURN_IF_ERROR(ValidateSelectionSpec(*r.selection, opts.page_size));
+  const int64_t need = (static_cast<int64_t>(r.prompt_ids.size()) + 1 + opts.page_size - 1) / opts.page_size;
+  if (need > pages->num_pages())
+    return absl::ResourceExhaustedError(absl::StrCat("prompt needs ", need,
+                                                     " KV pages; the pool has ", pages->num_pages()));
+  return absl::OkStatus();
+}
+
+void Engine::Impl::FreePages(Sequence& s) {
+  for (int32_t p : s.pages) pages->Unref(p);
+  s.pages.clear();
+  s.hashes.clear();
+  s.computed = 0;
+}
+
+void Engine::Impl::Finish(std::unique_ptr<Sequence>& s, FinishReason reason, absl::Status status) {
+  if (s->finished) return;
+  s->finished = true;
+  FreePages(*s);
+  const double now = NowSeconds();
+  RequestUsage& u = s->usage;
+  u.prompt_tokens = s->prompt_len;
+  u.generated_tokens = s->generated;
+  u.e2e_seconds = now - s->arrival;
+  if (s->first_token >= 0) u.decode_seconds = s->last_token - s->first_token;
+  if (s->policy) {
+    const SelectionStats& st = s->policy->stats();
+    SelectionSummary& sel = u.selection;
+    sel.policy = s->policy->name();
+    sel.steps = st.steps;
+    sel.pages_scored = st.total.pages_scored;
+    sel.pages_selected = st.total.pages_selected;
+    sel.kv_bytes_read = st.total.kv_bytes_read;
+    sel.kv_bytes_dense = st.total.kv_bytes_dense;
+    sel.page_hit_rate = st.PageHitRate();
+    sel.mass_recall = st.MassRecall();
+    sel.reuse = st.Reuse();
+    sel.select_seconds = st.total.select_seconds;
+  }
+  if (observer != nullptr && !s->internal) observer->OnRequestFinished(reason, u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.prompt_tokens_total += s->internal ? 0 : s->prompt_len;
+  }
+  s->sink->OnFinish(reason, u, std::move(status));
+}
+
+bool Engine::Impl::Admit(Sequence& s) {
+  // Prefix cache: reuse full pages of the prompt, but always leave one token to compute so
+  // the request gets logits.
+  const int ps = opts.page_size;
+  const int64_t reusable = opts.prefix_caching ? (s.prompt_len - 1) / ps : 0;
+  std::vector<int32_t> hit_pages;
+  std::vector<uint64_t> hit_hashes;
+  uint64_t h = 0;
+  for (int64_t i = 0; i < reusable; ++i) {
+    h = PagePool::BlockHash(h, &s.tokens[i * ps], ps);
+    const int32_t p = pages->Lookup(h, &s.tokens[i * ps]);
+    if (p < 0) break;
+    hit_pages.push_back(p);
+    hit_hashes.push_back(h);
+  }
+  // Pages for the rest of the prompt and the first generated token.
+  const int64_t need = (s.prompt_len + 1 + ps - 1) / ps - static_cast<int64_t>(hit_pages.size());
+  if (pages->available() < need) {
+    for (int32_t p : hit_pages) pages->Unref(p);
+    return false;
+  }
+  s.pages = std::move(hit_pages);
+  s.hashes = std::move(hit_hashes);
+  s.computed = static_cast<int64_t>(s.pages.size()) * ps;
+  if (s.usage.preemptions == 0) {
+    s.usage.cached_tokens = static_cast<int>(s.computed);
+    std::lock_guard<std::mutex> lock(mu);
+    stats.prefix_queries_tokens += s.prompt_len;
+    stats.prefix_hits_tokens += s.computed;
+    stats.prefix_queries_pages += reusable;
+    stats.prefix_hits_pages += static_cast<int64_t>(s.pages.size());
+  }
+  return true;
+}
+
+bool Engine::Impl::EnsurePages(Sequence& s, int64_t upto) {
+  const int ps = opts.page_size;
+  while (static_cast<int64_t>(s.pages.size()) * ps < upto) {
+    const int32_t p = pages->Allocate();
+    if (p < 0) return false;
+    kv->ResetPage(p);
+    s.pages.push_back(p);
+  }
+  return true;
+}
+
+void Engine::Impl::Preempt(Sequence& s) {
+  // Recompute preemption: drop the KV, keep the tokens; the sequence re-prefills later.
+  FreePages(s);
+  s.usage.preemptions++;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.preemptions_total++;
+  }
+  if (observer != nullptr) observer->OnPreemption();
+}
+
+std::optional<FinishReason> Engine::Impl::Emit(Sequence& s, const SampleResult& r) {
+  const double now = NowSeconds();
+  GeneratedToken t;
+  t.id = r.id;
+  t.logprob = r.logprob;
+  for (auto& [id, lp] : r.top) t.top.push_back({id, lp});
+  s.tokens.push_back(r.id);
+  s.generated++;
+  if (s.first_token < 0) {
+    s.first_token = now;
+    s.usage.ttft_seconds = now - s.arrival;
+    s.usage.prefill_seconds = now - s.scheduled;
+  } else if (observer != nullptr && !s.internal) {
+    observer->OnTokenEmitted(now - s.last_token);
+  }
+  s.last_token = now;
+
+  const SamplingParams& sp = s.req.sampling;
+  std::optional<FinishReason> reason;
+  const bool eog = !sp.ignore_eos && tok->IsEog(r.id);
+  const bool stop_id =
+      std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), r.id) != sp.stop_token_ids.end();
+  if (eog) {
+    reason = FinishReason::kEos;
+  } else if (stop_id) {
+    reason = FinishReason::kStopToken;
+  } else {
+    s.held += s.utf8.Push(tok->TokenBytes(r.id));
+    // A stop string ends the output before it; text that could begin one is held back.
+    size_t cut = std::string::npos;
+    for (const auto& stop : sp.stop) {
+      const size_t at = s.held.find(stop);
+      if (at != std::string::npos) cut = std::min(cut, at);
+    }
+    if (cut != std::string::npos) {
+      t.text = s.held.substr(0, cut);
+      s.held.clear();
+      reason = FinishReason::kStopString;
+    } else {
+      size_t keep = 0;
+      for (const auto& stop : sp.stop)
+        for (size_t k = std::min(stop.size() - 1, s.held.size()); k > keep; --k)
+          if (s.held.compare(s.held.size() - k, k, stop, 0, k) == 0) {
+            keep = k;
+            break;
+          }
+      t.text = s.held.substr(0, s.held.size() - keep);
+      s.held.erase(0, s.held.size() - keep);
+    }
+  }
+  if (!reason && (s.generated >= sp.max_tokens || static_cast<int>(s.tokens.size()) >= max_context))
+    reason = FinishReason::kLength;
+  if (reason && *reason != FinishReason::kStopString) {
+    t.text += s.held + s.utf8.Flush();
+    s.held.clear();
+  }
+  s.usage.generated_tokens = s.generated;
+  s.usage.prompt_tokens = s.prompt_len;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s.internal) stats.generated_tokens_total++;
+  }
+  s.sink->OnTokens({t}, s.usage);
+  return reason;
+}
+
+bool Engine::Impl::Step() {
+  const double now = NowSeconds();
+  // 1. Aborts and deadlines.
+  std::vector<std::string> to_abort;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    to_abort.swap(aborts);
+    // Queued requests past their deadline or aborted leave without touching the cache.
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      auto& s = *it;
+      const bool ab = std::find(to_abort.begin(), to_abort.end(), s->req.request_id) != to_abort.end();
+      const bool late = s->req.deadline > 0 && now > s->req.deadline;
+      if (ab || late || stop) {
+        auto owned = std::move(s);
+        it = waiting.erase(it);
+        mu.unlock();
+        Finish(owned, late ? FinishReason::kDeadline : FinishReason::kAbort, absl::OkStatus());
+        mu.lock();
+      } else {
+        ++it;
+      }
+    }
+  }
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopping = stop;
+  }
+  auto sweep = [&](auto& list) {
+    for (auto& s : list) {
+      if (!s) continue;
+      const bool ab = stopping || std::find(to_abort.begin(), to_abort.end(), s->req.request_id) != to_abort.end();
+      const bool late = s->req.deadline > 0 && now > s->req.deadline;
+      if (ab || late) Finish(s, late ? FinishReason::kDeadline : FinishReason::kAbort, absl::OkStatus());
+    }
+  };
+  sweep(running);
+  sweep(local_waiting);
+  auto prune = [](auto& list) {
+    list.erase(std::remove_if(list.begin(), list.end(), [](auto& s) { return !s || s->finished; }),
+               list.end());
+  };
+  prune(running);
+  prune(local_waiting);
+
+  // 2. Admission: preempted sequences first, then the queue, while pages and slots allow.
+  while (static_cast<int>(running.size()) < opts.max_batch) {
+    std::unique_ptr<Sequence> s;
+    if (!local_waiting.empty()) {
+      s = std::move(local_waiting.front());
+      local_waiting.pop_front();
+    } else {
+      std::lock_guard<std::mutex> lock(mu);
+      if (waiting.empty()) break;
+      s = std::move(waiting.front());
+      waiting.pop_front();
+    }
+    if (!Admit(*s)) {
+      local_waiting.push_front(std::move(s));
+      break;
+    }
+    if (s->scheduled < 0) {
+      s->scheduled = NowSeconds();
+      s->usage.queue_seconds = s->scheduled - s->arrival;
+    }
+    s->order = next_order++;
+    running.push_back(std::move(s));
+  }
+  if (running.empty()) {
+    PublishStats();
+    return false;
+  }
+
+  // 3. Build the batch: decode tokens first, then prefill chunks within the token budget.
+  std::sort(running.begin(), running.end(), [](auto& a, auto& b) { return a->order < b->order; });
+  int budget = std::max(opts.max_step_tokens, static_cast<int>(running.size()));
+  std::vector<Sequence*> batch_seqs;
+  std::vector<SeqInput> batch;
+  std::vector<int> chunk(running.size(), 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < running.size(); ++i) {
+      Sequence& s = *running[i];
+      const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.computed;
+      const bool decode = pending == 1 && s.computed >= s.prompt_len;
+      if ((pass == 0) != decode || pending <= 0 || budget <= 0) continue;
+      chunk[i] = static_cast<int>(std::min<int64_t>(pending, budget));
+      budget -= chunk[i];
+    }
+  }
+  // Pages for the chunks; when the pool runs dry, preempt the newest sequences.
+  for (size_t i = 0; i < running.size(); ++i) {
+    if (chunk[i] == 0) continue;
+    Sequence& s = *running[i];
+    while (!EnsurePages(s, s.computed + chunk[i])) {
+      // Victim: the newest other running sequence still holding pages, else this one.
+      Sequence* victim = nullptr;
+      for (size_t j = running.size(); j-- > 0;)
+        if (running[j].get() != &s && !running[j]->pages.empty() &&
+            (victim == nullptr || running[j]->order > victim->order) && running[j]->order > s.order)
+          victim = running[j].get();
+      if (victim == nullptr) victim = &s;
+      Preempt(*victim);
+      for (size_t j = 0; j < running.size(); ++j)
+        if (running[j].get() == victim) chunk[j] = 0;
+      if (victim == &s) break;
+    }
+  }
+  for (size_t i = 0; i < running.size(); ++i) {
+    Sequence& s = *running[i];
+    if (chunk[i] == 0 || s.pages.empty()) continue;
+    SeqInput in;
+    in.tokens = &s.tokens[s.computed];
+    in.n = chunk[i];
+    in.start_pos = s.computed;
+    in.pages = &s.pages;
+    in.all_logits = false;
+    const bool decode = chunk[i] == 1 && s.computed >= s.prompt_len;
+    if (decode && s.policy) {
+      s.policy->BeginStep(s.computed + 1);
+      in.selector = s.policy.get();
+    }
+    batch.push_back(in);
+    batch_seqs.push_back(&s);
+  }
+  // Preempted sequences go back to the front of the local queue.
+  for (auto& s : running)
+    if (s && s->pages.empty() && !s->finished) local_waiting.push_front(std::move(s));
+  prune(running);
+  if (batch.empty()) {
+    PublishStats();
+    return !running.empty();
+  }
+
+  // 4. Forward.
+  Stopwatch sw;
+  const absl::Status fs = runner->Forward(batch, kv.get(), &logits);
+  const double step_s = sw.Seconds();
+  int prefill_tokens = 0;
+  for (auto& in : batch) prefill_tokens += in.n > 1 ? in.n : 0;
+  if (observer != nullptr) observer->OnStep(static_cast<int>(batch.size()), prefill_tokens, step_s);
+  if (!fs.ok()) {
+    TS_LOG(ERROR) << "forward failed: " << fs;
+    for (auto& s : running) Finish(s, FinishReason::kError, fs);
+    prune(running);
+    return true;
+  }
+
+  // 5. Advance, register full pages for prefix reuse, sample where a sequence is caught up.
+  const int vocab = runner->config().vocab_size;
+  const int ps = opts.page_size;
+  std::vector<std::pair<Sequence*, FinishReason>> ended;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    Sequence& s = *batch_seqs[b];
+    if (batch[b].selector != nullptr) {
+      s.policy->EndStep();
+      if (observer != nullptr && !s.internal) {
+        const StepStats& st = s.policy->last_step();
+        SelectionSummary one;
+        one.policy = s.policy->name();
+        one.steps = 1;
+        one.pages_scored = st.pages_scored;
+        one.pages_selected = st.pages_selected;
+        one.kv_bytes_read = st.kv_bytes_read;
+        one.kv_bytes_dense = st.kv_bytes_dense;
+        one.page_hit_rate = st.oracle_samples ? st.hit_rate_sum / st.oracle_samples : -1;
+        one.mass_recall = st.oracle_samples ? st.mass_recall_sum / st.oracle_samples : -1;
+        one.select_seconds = st.select_seconds;
+        observer->OnSelectionStep(one);
+      }
+    }
+    s.computed += batch[b].n;
+    while (static_cast<int64_t>(s.hashes.size() + 1) * ps <= s.computed && opts.prefix_caching) {
+      const size_t i = s.hashes.size();
+      const uint64_t prev = i == 0 ? 0 : s.hashes[i - 1];
+      const uint64_t h = PagePool::BlockHash(prev, &s.tokens[i * ps], ps);
+      pages->Register(s.pages[i], h, &s.tokens[i * ps]);
+      s.hashes.push_back(h);
+    }
+    if (s.computed < static_cast<int64_t>(s.tokens.size())) continue;  // more prefill to do
+    if (s.generated == 0 && s.policy) s.policy->OnPrefill(s.computed);
+    const SampleResult r = s.sampler->Sample(&logits[b * static_cast<size_t>(vocab)], vocab, s.tokens);
+    if (auto reason = Emit(s, r)) ended.push_back({&s, *reason});
+  }
+  for (auto& [seq, reason] : ended)
+    for (auto& s : running)
+      if (s.get() == seq) Finish(s, reason, absl::OkStatus());
+  prune(running);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stats.steps_total++;
+    stats.last_step_time = NowSeconds();
+  }
+  PublishStats();
+  return true;
+}
+
+void Engine::Impl::PublishStats() {
+  std::lock_guard<std::mutex> lock(mu);
+  stats.running = static_cast<int>(running.size());
+  stats.waiting = static_cast<int>(waiting.size() + local_waiting.size());
+  stats.kv_pages_total = pages->num_pages();
+  stats.kv_pages_free = pages->available();
+  stats.kv_pages_used = pages->num_used();
+  stats.kv_pages_cached = pages->num_cached();
+  stats.draining = draining;
+}
+
+void Engine::Impl::Loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] {
+        return stop || !waiting.empty() || !aborts.empty() || !running.empty() ||
+               !local_waiting.empty();
+      });
+      if (stop && waiting.empty() && running.empty() && local_waiting.empty()) break;
+    }
+    if (!Step()) {
+      // Nothing runnable (e.g. waiting for pages that no one will free): avoid spinning.
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, std::chrono::milliseconds(5));
+    }
+  }
+  PublishStats();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->opts = options;
+  if (options.page_size < 1 || options.page_size > 1024)
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size must be in [1, 1024], got ", options.page_size));
+  if (options.threads < 1 || options.threads > 256)
+    return absl::InvalidArgumentError(absl::StrCat("threads must be in [1, 256], got ", options.threads));
+  if (options.max_batch < 1) return absl::InvalidArgumentError("max_batch must be >= 1");
+  if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue must be >= 0");
+  TS_ASSIGN_OR_RETURN(impl->source, OpenWeightSource(options.model_path));
+  TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(impl->source->tokenizer_data()));
+  impl->pool = std::make_unique<ThreadPool>(options.threads);
+  const ModelConfig& mc = impl->source->config();
+  impl->max_context = options.max_context > 0 ? std::min(options.max_context, mc.max_context)
+                                              : mc.max_context;
+  if (options.tp_size != 1)
+    return absl::UnimplementedError("tensor parallelism is started through worker/tp");
+  RunnerOptions ro;
+  ro.pool = impl->pool.get();
+  ro.max_positions = impl->max_context;
+  TS_ASSIGN_OR_RETURN(impl->runner, TransformerRunner::Create(*impl->source, ro));
+  KvCacheConfig probe = impl->runner->MakeKvConfig(options.page_size, 1);
+  int64_t n_pages = options.kv_pages;
+  if (n_pages <= 0)
+    n_pages = std::max<int64_t>(1, options.kv_memory_mb * (1LL << 20) /
+                                       PagedKvCache::BytesForPages(probe, 1));
+  impl->kv = std::make_unique<PagedKvCache>(impl->runner->MakeKvConfig(options.page_size, n_pages));
+  impl->pages = std::make_unique<PagePool>(n_pages, options.page_size);
+  TS_RETURN_IF_ERROR(ValidateSelectionSpec(options.default_selection, options.page_size));
+  impl->PublishStats();
+  TS_LOG(INFO) << "loaded " << impl->source->Describe() << ": " << ArchName(mc.arch) << ", "
+               << mc.n_layers << " layers, dim " << mc.dim << ", " << mc.n_heads << "/"
+               << mc.n_kv_heads << " heads, vocab " << mc.vocab_size << "; KV " << n_pages
+               << " pages of " << options.page_size << " tokens ("
+               << PagedKvCache::BytesForPages(impl->kv->config(), n_pages) / (1 << 20) << " MiB)";
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() { Stop(); }
+
+absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink> sink) {
+  Impl& m = *impl_;
+  TS_RETURN_IF_ERROR(m.Validate(request));
+  auto s = std::make_unique<Sequence>();
+  s->arrival = NowSeconds();
+  s->prompt_len = static_cast<int>(request.prompt_ids.size());
+  s->tokens = request.prompt_ids;
+  s->internal = request.request_id.rfind("__probe", 0) == 0;
+  SamplingParams sp = request.sampling;
+  if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;
+  s->sampler = std::make_unique<Sampler>(sp);
+  const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
+  PolicyContext ctx;
+  ctx.n_layers = m.runner->config().n_layers;
+  ctx.n_kv_heads = m.runner->local_kv_heads();
+  ctx.head_dim = m.runner->config().head_dim;
+  ctx.page_size = m.opts.page_size;
+  ctx.kv_bytes_per_token_head_layer = 2 * ctx.head_dim * static_cast<int>(sizeof(fp16_t));
+  ctx.seed = sp.seed;
+  TS_ASSIGN_OR_RETURN(s->policy, CreatePolicy(spec, ctx));
+  s->req = std::move(request);
+  s->sink = std::move(sink);
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.draining || m.stop) return absl::UnavailableError("the worker is draining");
+    if (static_cast<int>(m.waiting.size()) >= m.opts.max_queue && !s->internal)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("queue full: ", m.waiting.size(), " requests waiting"));
+    m.waiting.push_back(std::move(s));
+    m.stats.waiting = static_cast<int>(m.waiting.size());
+  }
+  m.cv.notify_all();
+  return absl::OkStatus();
+}
+
+bool Engine::Abort(const std::string& request_id) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.aborts.push_back(request_id);
+  }
+  m.cv.notify_all();
+  return true;
+}
+
+void Engine::SetObserver(EngineObserver* observer) { impl_->observer = observer; }
+
+void Engine::Start() {
+  if (impl_->thread.joinable()) return;
+  impl_->thread = std::thread([this] { impl_->Loop(); });
+}
+
+void Engine::Drain() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->draining = true;
+  impl_->stats.draining = true;
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) {
+    impl_->thread.join();
+  } else {
+    // No engine thread: abort what is left here.
+    while (impl_->Step()) {
+    }
+  }
+}
+
+void Engine::RunUntilIdle() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      if (impl_->waiting.empty() && impl_->running.empty() && impl_->local_waiting.empty() &&
+          impl_->aborts.empty())
+        return;
+    }
+    impl_->Step();
+  }
+}
+
+EngineStats Engine::Stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+const ModelConfig& Engine::model_config() const { return impl_->runner->config(); }
+const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
+const EngineOptions& Engine::options() const { return impl_->opts; }
+int Engine::max_context() const { return impl_->max_context; }
+
+namespace {
+class ProbeSink : public RequestSink {
+ public:
+  void OnTokens(const std::vector<GeneratedToken>&, const RequestUsage&) override {}
+  void OnFinish(FinishReason reason, const RequestUsage&, absl::Status status) override {
+    promise.set_value(reason == FinishReason::kError ? status : absl::OkStatus());
+  }
+  std::promise<absl::Status> promise;
+};
+}  // namespace
+
+absl::Status Engine::HealthProbe() {
+  auto sink = std::make_shared<ProbeSink>();
+  auto fut = sink->promise.get_future();
+  GenerateRequest r;
+  static std::atomic<int64_t> counter{0};
+  r.request_id = absl::StrCat("__probe", counter++);
+  r.prompt_ids = {std::max(0, impl_->tok->bos_id())};
+  r.sampling.max_tokens = 1;
+  r.deadline = NowSeconds() + 10;
+  TS_RETURN_IF_ERROR(Submit(std::move(r), sink));
+  if (!impl_->thread.joinable()) RunUntilIdle();
+  if (fut.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+    return absl::DeadlineExceededError("health probe: no forward within 10 s");
+  return fut.get();
+}
+
+}  // namespace tinyserve

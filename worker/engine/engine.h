@@ -1,0 +1,174 @@
+// File: worker/engine/engine.h
+// The engine: one model, one paged KV cache, one scheduler thread.
+//
+// Callers (the CLI, the gRPC worker service, tests) Submit() requests from any thread; the
+// engine thread owns the batch and the KV cache and runs steps: admit waiting requests while
+// free KV pages allow, prefill in chunks, decode every running sequence in one batched forward,
+// sample, stream tokens to each request's sink. Cancellation (Abort, deadline) and preemption
+// (recompute, when pages run out) take effect at the next step and return pages to the pool.
+// Prefix caching shares full pages of identical page-aligned token prefixes across requests.
+//
+// Threading: Submit/Abort/Stats/Drain are thread-safe. Sink callbacks run on the engine thread
+// and must not block (hand the data to the RPC's reactor and return).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/model/model_config.h"
+#include "worker/sampling/sampling_params.h"
+#include "worker/select/selection_spec.h"
+#include "worker/tokenizer/tokenizer.h"
+
+namespace tinyserve {
+
+class WeightSource;
+
+struct EngineOptions {
+  std::string model_path;
+  int threads = 1;
+  int page_size = 16;
+  int64_t kv_pages = 0;          // 0: sized from kv_memory_mb
+  int64_t kv_memory_mb = 512;    // KV pool size when kv_pages == 0
+  std::string kv_dtype = "f16";  // "f16" or "int8"
+  int max_context = 0;           // 0: the model's trained context
+  int max_batch = 16;            // running sequences per step
+  int max_step_tokens = 512;     // prefill chunk budget per step (chunked prefill)
+  int max_queue = 256;           // waiting requests before RESOURCE_EXHAUSTED
+  bool prefix_caching = true;
+  SelectionSpec default_selection;  // the server's policy; requests may override
+  int tp_rank = 0, tp_size = 1;     // tensor parallelism (see worker/tp)
+};
+
+enum class FinishReason { kLength, kEos, kStopToken, kStopString, kAbort, kDeadline, kError };
+const char* FinishReasonName(FinishReason r);
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+
+struct GeneratedToken {
+  int32_t id = 0;
+  std::string text;  // the UTF-8 text this token completes (may be empty mid-character)
+  float logprob = 0;               // set when logprobs >= 0
+  std::vector<TokenLogprob> top;   // top-n alternatives when logprobs > 0
+};
+
+// Selection instrumentation of one request (worker/select/selection_stats.h has the details).
+struct SelectionSummary {
+  std::string policy;
+  int64_t steps = 0;
+  int64_t pages_scored = 0;
+  int64_t pages_selected = 0;
+  int64_t kv_bytes_read = 0;
+  int64_t kv_bytes_dense = 0;
+  double page_hit_rate = -1;    // -1 when no oracle sample was taken
+  double mass_recall = -1;
+  double reuse = -1;
+  double select_seconds = 0;
+  double attention_seconds = 0;
+};
+
+struct RequestUsage {
+  int prompt_tokens = 0;
+  int cached_tokens = 0;      // prompt tokens served from the prefix cache
+  int generated_tokens = 0;
+  int preemptions = 0;
+  double queue_seconds = 0;   // arrival -> first scheduled
+  double ttft_seconds = 0;    // arrival -> first token
+  double prefill_seconds = 0; // first scheduled -> first token
+  double decode_seconds = 0;  // first token -> last token
+  double e2e_seconds = 0;
+  SelectionSummary selection;
+};
+
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  // New tokens of this request (usually one per step).
+  virtual void OnTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage& usage) = 0;
+  // Exactly once, last. status is OK unless reason is kError (then the error).
+  virtual void OnFinish(FinishReason reason, const RequestUsage& usage, absl::Status status) = 0;
+};
+
+struct GenerateRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  std::optional<SelectionSpec> selection;  // nullopt: the server's default
+  double deadline = 0;                     // monotonic NowSeconds(); 0 = none
+};
+
+// Engine-wide counters and gauges, read by metrics and by the router's load reports.
+struct EngineStats {
+  int running = 0;
+  int waiting = 0;
+  int64_t kv_pages_total = 0;
+  int64_t kv_pages_free = 0;
+  int64_t kv_pages_used = 0;
+  int64_t kv_pages_cached = 0;     // free-able pages kept for prefix reuse
+  int64_t preemptions_total = 0;
+  int64_t prefix_queries_tokens = 0;
+  int64_t prefix_hits_tokens = 0;
+  int64_t prefix_queries_pages = 0;
+  int64_t prefix_hits_pages = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generated_tokens_total = 0;
+  int64_t steps_total = 0;
+  double last_step_time = 0;       // NowSeconds() of the last step that made progress
+  bool draining = false;
+};
+
+// Observes what the engine does, for metrics. Called on the engine thread; must be cheap.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void OnRequestFinished(FinishReason /*reason*/, const RequestUsage& /*usage*/) {}
+  virtual void OnTokenEmitted(double /*inter_token_seconds*/) {}  // per decode token after the first
+  virtual void OnStep(int /*batch_size*/, int /*prefill_tokens*/, double /*seconds*/) {}
+  virtual void OnSelectionStep(const SelectionSummary& /*step*/) {}  // one decode step's totals
+  virtual void OnPreemption() {}
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  ~Engine();
+
+  // Validates and enqueues. InvalidArgument (names the field: prompt empty or too long, bad
+  // sampling value, unknown policy...), ResourceExhausted (queue full), Unavailable (draining).
+  absl::Status Submit(GenerateRequest request, std::shared_ptr<RequestSink> sink);
+  // Cancels a request by id (queued or running); its sink gets OnFinish(kAbort). False if unknown.
+  bool Abort(const std::string& request_id);
+
+  void SetObserver(EngineObserver* observer);  // before Start
+  void Start();   // starts the engine thread
+  void Drain();   // stop admitting; running and queued requests finish
+  void Stop();    // aborts everything left and joins the thread
+  // Runs steps on the caller's thread until no request is left (no engine thread; CLI, tests).
+  void RunUntilIdle();
+
+  EngineStats Stats() const;
+  const ModelConfig& model_config() const;
+  const Tokenizer& tokenizer() const;
+  const EngineOptions& options() const;
+  int max_context() const;
+  // A one-token forward on a scratch sequence: the deep health probe.
+  absl::Status HealthProbe();
+
+  class Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tinyserve

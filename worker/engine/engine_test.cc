@@ -1,0 +1,277 @@
+// The engine end to end on stories260K (a real trained model, 1 MB): the greedy golden, batching,
+// sampling and stopping, prefix caching, preemption, cancellation and bad input.
+#include "worker/engine/engine.h"
+
+#include <future>
+#include <mutex>
+
+#include "common/paths.h"
+#include "gtest/gtest.h"
+
+namespace tinyserve {
+namespace {
+
+class CollectSink : public RequestSink {
+ public:
+  void OnTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage&) override {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& t : tokens) {
+      ids.push_back(t.id);
+      text += t.text;
+      logprobs.push_back(t.logprob);
+      tops.push_back(t.top.size());
+    }
+  }
+  void OnFinish(FinishReason r, const RequestUsage& u, absl::Status s) override {
+    reason = r;
+    usage = u;
+    status = s;
+    finished++;
+  }
+  std::mutex mu;
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<float> logprobs;
+  std::vector<size_t> tops;
+  FinishReason reason = FinishReason::kError;
+  RequestUsage usage;
+  absl::Status status;
+  int finished = 0;
+};
+
+EngineOptions Options() {
+  EngineOptions o;
+  o.model_path = Stories260kPath();
+  o.kv_pages = 256;
+  o.max_context = 512;
+  return o;
+}
+
+std::unique_ptr<Engine> MakeEngine(EngineOptions o = Options()) {
+  auto e = Engine::Create(o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+GenerateRequest Greedy(const Engine& e, const std::string& text, int max_tokens) {
+  GenerateRequest r;
+  r.request_id = text;
+  r.prompt_ids = e.tokenizer().Encode(text, false, true);
+  r.sampling.max_tokens = max_tokens;
+  return r;
+}
+
+// PROVENANCE.md of stories260K: llama2.c and llama.cpp agree on these 64 greedy ids.
+const std::vector<int32_t> kStoriesGolden = {
+    432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
+    410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394,
+    261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432,
+    398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
+
+TEST(Engine, Stories260kGreedyMatchesLlamaCppAndLlama2c) {
+  auto e = MakeEngine();
+  GenerateRequest r = Greedy(*e, "Once upon a time", 64);
+  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  auto sink = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(r, sink).ok());
+  e->RunUntilIdle();
+  EXPECT_EQ(sink->ids, kStoriesGolden);
+  EXPECT_EQ(sink->reason, FinishReason::kLength);
+  EXPECT_EQ(sink->text.rfind(", there was a little girl named Lily.", 0), 0u) << sink->text;
+}
+
+TEST(Engine, BatchedSequencesGiveTheSameTokensAsEachAlone) {
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily and Ben", "The dog",
+                                            "One day, a little bird"};
+  for (const std::string policy : {"dense", "quest"}) {
+    EngineOptions o = Options();
+    o.default_selection.policy = policy;
+    o.default_selection.budget = 32;  // 2 pages: selection is active past 32 tokens
+    o.default_selection.dense_layers = 1;
+    std::vector<std::vector<int32_t>> alone;
+    for (const auto& p : prompts) {
+      auto e = MakeEngine(o);
+      auto sink = std::make_shared<CollectSink>();
+      ASSERT_TRUE(e->Submit(Greedy(*e, p, 80), sink).ok());
+      e->RunUntilIdle();
+      alone.push_back(sink->ids);
+    }
+    auto e = MakeEngine(o);
+    std::vector<std::shared_ptr<CollectSink>> sinks;
+    for (const auto& p : prompts) {
+      sinks.push_back(std::make_shared<CollectSink>());
+      ASSERT_TRUE(e->Submit(Greedy(*e, p, 80), sinks.back()).ok());
+    }
+    e->RunUntilIdle();
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(sinks[i]->ids, alone[i]) << policy << " " << prompts[i];
+  }
+}
+
+TEST(Engine, SeedsStopStringsStopIdsAndLogprobs) {
+  auto e = MakeEngine();
+  auto run = [&](GenerateRequest r) {
+    auto sink = std::make_shared<CollectSink>();
+    EXPECT_TRUE(e->Submit(r, sink).ok());
+    e->RunUntilIdle();
+    return sink;
+  };
+  GenerateRequest r = Greedy(*e, "Once upon a time", 40);
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.seed = 7;
+  r.sampling.has_seed = true;
+  auto a = run(r), b = run(r);
+  EXPECT_EQ(a->ids, b->ids);
+  r.sampling.seed = 8;
+  EXPECT_NE(run(r)->ids, a->ids);
+
+  GenerateRequest g = Greedy(*e, "Once upon a time", 64);
+  g.sampling.stop = {"little girl"};
+  auto s = run(g);
+  EXPECT_EQ(s->reason, FinishReason::kStopString);
+  EXPECT_EQ(s->text, ", there was a ");
+
+  GenerateRequest t = Greedy(*e, "Once upon a time", 64);
+  t.sampling.stop_token_ids = {kStoriesGolden[5]};
+  auto st = run(t);
+  EXPECT_EQ(st->reason, FinishReason::kStopToken);
+  EXPECT_EQ(st->ids.size(), 6u);
+
+  GenerateRequest lp = Greedy(*e, "Once upon a time", 4);
+  lp.sampling.logprobs = 3;
+  auto l = run(lp);
+  ASSERT_EQ(l->logprobs.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_LE(l->logprobs[i], 0.0f);
+    EXPECT_EQ(l->tops[i], 3u);
+  }
+}
+
+TEST(Engine, PrefixCacheHitsAndGivesTheSameTokens) {
+  auto e = MakeEngine();
+  const std::string prefix =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park. One day, she saw a big, red ball.";
+  auto first = std::make_shared<CollectSink>(), second = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(Greedy(*e, prefix + " She", 20), first).ok());
+  e->RunUntilIdle();
+  EXPECT_EQ(first->usage.cached_tokens, 0);
+  ASSERT_TRUE(e->Submit(Greedy(*e, prefix + " She", 20), second).ok());
+  e->RunUntilIdle();
+  EXPECT_GT(second->usage.cached_tokens, 16);
+  EXPECT_EQ(second->ids, first->ids);
+  EXPECT_GT(e->Stats().prefix_hits_tokens, 0);
+  EXPECT_EQ(e->Stats().kv_pages_used, 0);  // everything returned (cached pages are reclaimable)
+}
+
+TEST(Engine, PreemptionUnderPagePressureKeepsOutputs) {
+  EngineOptions o = Options();
+  o.kv_pages = 12;  // 192 tokens for 4 sequences of ~110 tokens: someone must be preempted
+  o.prefix_caching = false;
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily and Ben", "The dog",
+                                            "One day, a little bird"};
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) {
+    auto e = MakeEngine(o);
+    auto sink = std::make_shared<CollectSink>();
+    ASSERT_TRUE(e->Submit(Greedy(*e, p, 100), sink).ok());
+    e->RunUntilIdle();
+    alone.push_back(sink->ids);
+  }
+  auto e = MakeEngine(o);
+  std::vector<std::shared_ptr<CollectSink>> sinks;
+  for (const auto& p : prompts) {
+    sinks.push_back(std::make_shared<CollectSink>());
+    ASSERT_TRUE(e->Submit(Greedy(*e, p, 100), sinks.back()).ok());
+  }
+  e->RunUntilIdle();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(sinks[i]->ids, alone[i]) << prompts[i];
+    EXPECT_EQ(sinks[i]->finished, 1);
+  }
+  EXPECT_GT(e->Stats().preemptions_total, 0);
+  EXPECT_EQ(e->Stats().kv_pages_used, 0);
+}
+
+TEST(Engine, AbortAndDeadlineReturnPages) {
+  auto e = MakeEngine();
+  e->Start();
+  auto sink = std::make_shared<CollectSink>();
+  GenerateRequest r = Greedy(*e, "Once upon a time", 400);
+  r.sampling.ignore_eos = true;
+  ASSERT_TRUE(e->Submit(r, sink).ok());
+  while (true) {
+    std::lock_guard<std::mutex> lock(sink->mu);
+    if (sink->ids.size() > 5) break;
+  }
+  e->Abort(r.request_id);
+  auto late = std::make_shared<CollectSink>();
+  GenerateRequest d = Greedy(*e, "Lily", 400);
+  d.request_id = "late";
+  d.sampling.ignore_eos = true;
+  d.deadline = 1;  // long past
+  ASSERT_TRUE(e->Submit(d, late).ok());
+  e->Stop();
+  EXPECT_EQ(sink->reason, FinishReason::kAbort);
+  EXPECT_EQ(late->reason, FinishReason::kDeadline);
+  EXPECT_EQ(e->Stats().kv_pages_used, 0);
+}
+
+TEST(Engine, BadInputIsRejectedNamingTheField) {
+  auto e = MakeEngine();
+  auto sink = std::make_shared<CollectSink>();
+  auto code = [&](GenerateRequest r, const std::string& field) {
+    auto s = e->Submit(r, sink);
+    EXPECT_FALSE(s.ok()) << field;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+    return s.code();
+  };
+  GenerateRequest empty = Greedy(*e, "x", 4);
+  empty.prompt_ids.clear();
+  EXPECT_EQ(code(empty, "prompt"), absl::StatusCode::kInvalidArgument);
+  GenerateRequest oob = Greedy(*e, "x", 4);
+  oob.prompt_ids = {1, 512};
+  EXPECT_EQ(code(oob, "prompt"), absl::StatusCode::kInvalidArgument);
+  GenerateRequest longp = Greedy(*e, "x", 4);
+  longp.prompt_ids.assign(600, 5);
+  EXPECT_EQ(code(longp, "prompt"), absl::StatusCode::kInvalidArgument);
+  GenerateRequest mt = Greedy(*e, "x", 0);
+  EXPECT_EQ(code(mt, "max_tokens"), absl::StatusCode::kInvalidArgument);
+  GenerateRequest temp = Greedy(*e, "x", 4);
+  temp.sampling.temperature = -1;
+  EXPECT_EQ(code(temp, "temperature"), absl::StatusCode::kInvalidArgument);
+  GenerateRequest pol = Greedy(*e, "x", 4);
+  pol.selection = SelectionSpec();
+  pol.selection->policy = "nope";
+  EXPECT_EQ(code(pol, "selection.policy"), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->Stats().waiting, 0);
+
+  EngineOptions missing = Options();
+  missing.model_path = "/nonexistent/model.gguf";
+  auto m = Engine::Create(missing);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(m.status().message().find("/nonexistent/model.gguf"), std::string::npos);
+}
+
+TEST(Engine, FullQueueIsResourceExhaustedAndDrainIsUnavailable) {
+  EngineOptions o = Options();
+  o.max_queue = 2;
+  auto e = MakeEngine(o);
+  auto sink = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(Greedy(*e, "a", 4), sink).ok());
+  ASSERT_TRUE(e->Submit(Greedy(*e, "b", 4), sink).ok());
+  EXPECT_EQ(e->Submit(Greedy(*e, "c", 4), sink).code(), absl::StatusCode::kResourceExhausted);
+  e->Drain();
+  e->RunUntilIdle();
+  EXPECT_EQ(e->Submit(Greedy(*e, "d", 4), sink).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(Engine, HealthProbeRunsAForward) {
+  auto e = MakeEngine();
+  e->Start();
+  EXPECT_TRUE(e->HealthProbe().ok());
+  EXPECT_EQ(e->Stats().kv_pages_used, 0);
+}
+
+}  // namespace
+}  // namespace tinyserve

@@ -1,0 +1,339 @@
+// The GGUF WeightSource (declared in worker/model/weight_source.h): ModelConfig and
+// TokenizerData from the metadata (keys in shared/reference/model-formats.md §1.4, §6.4, §8, §9),
+// tensors as views into the file's memory map. Every tensor the runners will read is checked
+// against the config when the file is opened, so a bad file fails here and not mid-forward.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "worker/gguf/gguf_file.h"
+#include "worker/model/weight_source.h"
+
+namespace tinyserve {
+namespace {
+
+// A GGUF id field meaning "none".
+constexpr int64_t kNoToken = 0xFFFFFFFF;
+
+// Control tokens that end a turn in common chat vocabularies; llama.cpp's list
+// (src/llama-vocab.cpp) treats them as end-of-generation whatever the EOS id is.
+constexpr std::string_view kEogTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>",       "<|return|>", "<|call|>",        "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
+};
+
+class MetadataReader {
+ public:
+  MetadataReader(const GgufFile& file, std::string prefix)
+      : file_(file), prefix_(std::move(prefix)) {}
+
+  std::string Key(std::string_view suffix) const { return absl::StrCat(prefix_, ".", std::string(suffix)); }
+
+  // A positive int that fits in int; `fallback` when absent (nullopt: required).
+  absl::StatusOr<int> PositiveInt(std::string_view suffix,
+                                  std::optional<int> fallback = std::nullopt) const {
+    const std::string key = Key(suffix);
+    if (file_.Find(key) == nullptr) {
+      if (fallback) return *fallback;
+      return absl::InvalidArgumentError(absl::StrCat("gguf: missing required kv '", key, "'"));
+    }
+    TS_ASSIGN_OR_RETURN(const int64_t v, file_.GetInt(key));
+    if (v <= 0 || v > std::numeric_limits<int>::max())
+      return absl::InvalidArgumentError(
+          absl::StrCat("gguf: kv '", key, "' = ", v, " is out of range (must be in [1, 2^31))"));
+    return static_cast<int>(v);
+  }
+
+  absl::StatusOr<float> Float(std::string_view suffix, float fallback) const {
+    const std::string key = Key(suffix);
+    if (file_.Find(key) == nullptr) return fallback;
+    TS_ASSIGN_OR_RETURN(const double v, file_.GetFloat(key));
+    if (!(v > 0) || v > std::numeric_limits<float>::max())
+      return absl::InvalidArgumentError(
+          absl::StrCat("gguf: kv '", key, "' = ", v, " must be positive and finite"));
+    return static_cast<float>(v);
+  }
+
+ private:
+  const GgufFile& file_;
+  std::string prefix_;
+};
+
+std::string ShapeString(const std::vector<int64_t>& ne) {
+  return absl::StrCat("[", absl::StrJoin(ne, ", "), "]");
+}
+
+// Drops trailing 1s beyond the first dimension, so [576] and [576, 1] compare equal.
+std::vector<int64_t> Squeeze(std::vector<int64_t> ne) {
+  while (ne.size() > 1 && ne.back() == 1) ne.pop_back();
+  return ne;
+}
+
+class GgufWeightSource final : public WeightSource {
+ public:
+  GgufWeightSource(std::string path, std::unique_ptr<GgufFile> file)
+      : path_(std::move(path)), file_(std::move(file)) {}
+
+  absl::Status Init() {
+    TS_ASSIGN_OR_RETURN(const std::string arch, file_->GetString("general.architecture"));
+    arch_name_ = arch;
+    TS_RETURN_IF_ERROR(LoadTokenizer());
+    if (arch == "llama") {
+      TS_RETURN_IF_ERROR(LoadConfig(Arch::kLlama, arch));
+      TS_RETURN_IF_ERROR(CheckLlamaShapes());
+    } else if (arch == "gpt2") {
+      TS_RETURN_IF_ERROR(LoadConfig(Arch::kGpt2, arch));
+      TS_RETURN_IF_ERROR(CheckGpt2Shapes());
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: unsupported architecture '", arch, "' (general.architecture); TinyServe "
+          "reads llama and gpt2"));
+    }
+    return absl::OkStatus();
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  const TokenizerData& tokenizer_data() const override { return tokenizer_; }
+
+  absl::StatusOr<TensorRef> Get(const std::string& name) const override {
+    const GgufTensorInfo* t = file_->FindTensor(name);
+    if (t == nullptr)
+      return absl::NotFoundError(absl::StrCat("gguf: no tensor '", name, "' in ", path_));
+    TensorRef ref;
+    ref.name = t->name;
+    ref.type = t->type;
+    ref.ne = t->ne;
+    ref.data = t->data;
+    ref.nbytes = t->nbytes;
+    return ref;
+  }
+
+  bool Has(const std::string& name) const override { return file_->FindTensor(name) != nullptr; }
+
+  std::string Describe() const override {
+    return absl::StrCat("gguf v", file_->version(), " ", path_);
+  }
+
+ private:
+  absl::Status LoadConfig(Arch arch, const std::string& prefix) {
+    const MetadataReader md(*file_, prefix);
+    ModelConfig& c = config_;
+    c.arch = arch;
+    if (const GgufValue* n = file_->Find("general.name"); n != nullptr && n->AsString())
+      c.name = *n->AsString();
+    TS_ASSIGN_OR_RETURN(c.n_layers, md.PositiveInt("block_count"));
+    TS_ASSIGN_OR_RETURN(c.dim, md.PositiveInt("embedding_length"));
+    TS_ASSIGN_OR_RETURN(c.n_heads, md.PositiveInt("attention.head_count"));
+    TS_ASSIGN_OR_RETURN(c.n_kv_heads, md.PositiveInt("attention.head_count_kv", c.n_heads));
+    TS_ASSIGN_OR_RETURN(c.max_context, md.PositiveInt("context_length"));
+    const int vocab_from_tokens = static_cast<int>(tokenizer_.tokens.size());
+    TS_ASSIGN_OR_RETURN(c.vocab_size, md.PositiveInt("vocab_size", vocab_from_tokens));
+    if (arch == Arch::kLlama) {
+      TS_ASSIGN_OR_RETURN(c.ffn_dim, md.PositiveInt("feed_forward_length"));
+      TS_ASSIGN_OR_RETURN(c.norm_eps, md.Float("attention.layer_norm_rms_epsilon", 1e-5f));
+      TS_ASSIGN_OR_RETURN(c.rope_theta, md.Float("rope.freq_base", 10000.0f));
+      c.rope_style = RopeStyle::kAdjacent;
+    } else {
+      TS_ASSIGN_OR_RETURN(c.ffn_dim, md.PositiveInt("feed_forward_length", 4 * c.dim));
+      TS_ASSIGN_OR_RETURN(c.norm_eps, md.Float("attention.layer_norm_epsilon", 1e-5f));
+      c.rope_style = RopeStyle::kNone;
+    }
+    if (c.dim % c.n_heads != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: ", md.Key("embedding_length"), " = ", c.dim, " is not a multiple of ",
+          md.Key("attention.head_count"), " = ", c.n_heads));
+    if (c.n_heads % c.n_kv_heads != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: ", md.Key("attention.head_count"), " = ", c.n_heads, " is not a multiple of ",
+          md.Key("attention.head_count_kv"), " = ", c.n_kv_heads));
+    c.head_dim = c.dim / c.n_heads;
+    if (c.vocab_size != vocab_from_tokens)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: ", md.Key("vocab_size"), " = ", c.vocab_size,
+          " disagrees with the ", vocab_from_tokens, " entries of tokenizer.ggml.tokens"));
+    c.tied_embeddings = !file_->FindTensor("output.weight");
+    return absl::OkStatus();
+  }
+
+  absl::Status Expect(const std::string& name, std::vector<int64_t> want) const {
+    const GgufTensorInfo* t = file_->FindTensor(name);
+    if (t == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: tensor '", name, "' is missing (the ", arch_name_, " runner needs it)"));
+    if (Squeeze(t->ne) != Squeeze(want))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: tensor '", name, "' has ne = ", ShapeString(t->ne), " but the config needs ",
+          ShapeString(want)));
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckLlamaShapes() const {
+    const ModelConfig& c = config_;
+    const int64_t q = int64_t{c.n_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim;
+    TS_RETURN_IF_ERROR(Expect("token_embd.weight", {c.dim, c.vocab_size}));
+    TS_RETURN_IF_ERROR(Expect("output_norm.weight", {c.dim}));
+    if (!c.tied_embeddings) TS_RETURN_IF_ERROR(Expect("output.weight", {c.dim, c.vocab_size}));
+    for (int l = 0; l < c.n_layers; ++l) {
+      const std::string p = absl::StrCat("blk.", l, ".");
+      TS_RETURN_IF_ERROR(Expect(p + "attn_norm.weight", {c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "attn_q.weight", {c.dim, q}));
+      TS_RETURN_IF_ERROR(Expect(p + "attn_k.weight", {c.dim, kv}));
+      TS_RETURN_IF_ERROR(Expect(p + "attn_v.weight", {c.dim, kv}));
+      TS_RETURN_IF_ERROR(Expect(p + "attn_output.weight", {q, c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_norm.weight", {c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_gate.weight", {c.dim, c.ffn_dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_up.weight", {c.dim, c.ffn_dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_down.weight", {c.ffn_dim, c.dim}));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckGpt2Shapes() const {
+    const ModelConfig& c = config_;
+    const int64_t qkv = int64_t{c.n_heads + 2 * c.n_kv_heads} * c.head_dim;
+    TS_RETURN_IF_ERROR(Expect("token_embd.weight", {c.dim, c.vocab_size}));
+    TS_RETURN_IF_ERROR(Expect("position_embd.weight", {c.dim, c.max_context}));
+    TS_RETURN_IF_ERROR(Expect("output_norm.weight", {c.dim}));
+    TS_RETURN_IF_ERROR(Expect("output_norm.bias", {c.dim}));
+    if (!c.tied_embeddings) TS_RETURN_IF_ERROR(Expect("output.weight", {c.dim, c.vocab_size}));
+    for (int l = 0; l < c.n_layers; ++l) {
+      const std::string p = absl::StrCat("blk.", l, ".");
+      TS_RETURN_IF_ERROR(Expect(p + "attn_norm.weight", {c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "attn_norm.bias", {c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "attn_qkv.weight", {c.dim, qkv}));
+      TS_RETURN_IF_ERROR(Expect(p + "attn_qkv.bias", {qkv}));
+      TS_RETURN_IF_ERROR(Expect(p + "attn_output.weight", {c.dim, c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "attn_output.bias", {c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_norm.weight", {c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_norm.bias", {c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_up.weight", {c.dim, c.ffn_dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_up.bias", {c.ffn_dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_down.weight", {c.ffn_dim, c.dim}));
+      TS_RETURN_IF_ERROR(Expect(p + "ffn_down.bias", {c.dim}));
+    }
+    return absl::OkStatus();
+  }
+
+  // A token id field: -1 when absent or 0xFFFFFFFF; otherwise it must index the vocabulary.
+  absl::StatusOr<int32_t> TokenId(const std::string& key) const {
+    if (file_->Find(key) == nullptr) return -1;
+    TS_ASSIGN_OR_RETURN(const int64_t id, file_->GetInt(key));
+    if (id == kNoToken || id == -1) return -1;
+    if (id < 0 || id >= static_cast<int64_t>(tokenizer_.tokens.size()))
+      return absl::InvalidArgumentError(absl::StrCat("gguf: kv '", key, "' = ", id,
+                                                     " is not a token id (vocabulary of ",
+                                                     tokenizer_.tokens.size(), ")"));
+    return static_cast<int32_t>(id);
+  }
+
+  absl::StatusOr<bool> BoolOr(const std::string& key, bool fallback) const {
+    const GgufValue* v = file_->Find(key);
+    if (v == nullptr) return fallback;
+    if (auto b = v->AsBool()) return *b;
+    return absl::InvalidArgumentError(absl::StrCat("gguf: kv '", key, "' holds ",
+                                                   std::string(GgufValueTypeName(v->type)),
+                                                   ", expected bool"));
+  }
+
+  absl::Status LoadTokenizer() {
+    TokenizerData& t = tokenizer_;
+    TS_ASSIGN_OR_RETURN(t.model, file_->GetString("tokenizer.ggml.model"));
+    if (t.model != "llama" && t.model != "gpt2")
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: kv 'tokenizer.ggml.model' = '", t.model, "' is not supported (llama, gpt2)"));
+    if (file_->Find("tokenizer.ggml.pre") != nullptr) {
+      TS_ASSIGN_OR_RETURN(t.pre, file_->GetString("tokenizer.ggml.pre"));
+    }
+    TS_ASSIGN_OR_RETURN(t.tokens, file_->GetStringArray("tokenizer.ggml.tokens"));
+    if (t.tokens.empty() || t.tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: kv 'tokenizer.ggml.tokens' has ", t.tokens.size(), " entries"));
+    const size_t n = t.tokens.size();
+    if (file_->Find("tokenizer.ggml.scores") != nullptr) {
+      TS_ASSIGN_OR_RETURN(const std::vector<double> scores,
+                          file_->GetFloatArray("tokenizer.ggml.scores"));
+      if (scores.size() != n)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gguf: kv 'tokenizer.ggml.scores' has ", scores.size(), " entries, tokens has ", n));
+      t.scores.assign(scores.begin(), scores.end());
+    }
+    if (file_->Find("tokenizer.ggml.token_type") != nullptr) {
+      TS_ASSIGN_OR_RETURN(const std::vector<int64_t> types,
+                          file_->GetIntArray("tokenizer.ggml.token_type"));
+      if (types.size() != n)
+        return absl::InvalidArgumentError(absl::StrCat("gguf: kv 'tokenizer.ggml.token_type' has ",
+                                                       types.size(), " entries, tokens has ", n));
+      t.types.reserve(n);
+      for (size_t i = 0; i < n; ++i) {
+        if (types[i] < 0 || types[i] > static_cast<int64_t>(TokenType::kByte))
+          return absl::InvalidArgumentError(absl::StrCat(
+              "gguf: kv 'tokenizer.ggml.token_type'[", i, "] = ", types[i], " is not a type"));
+        t.types.push_back(static_cast<TokenType>(types[i]));
+      }
+    }
+    if (file_->Find("tokenizer.ggml.merges") != nullptr) {
+      TS_ASSIGN_OR_RETURN(t.merges, file_->GetStringArray("tokenizer.ggml.merges"));
+    } else if (t.model == "gpt2") {
+      return absl::InvalidArgumentError(
+          "gguf: a gpt2 (byte-level BPE) tokenizer needs kv 'tokenizer.ggml.merges'");
+    }
+    TS_ASSIGN_OR_RETURN(t.bos_id, TokenId("tokenizer.ggml.bos_token_id"));
+    TS_ASSIGN_OR_RETURN(t.eos_id, TokenId("tokenizer.ggml.eos_token_id"));
+    TS_ASSIGN_OR_RETURN(t.unk_id, TokenId("tokenizer.ggml.unknown_token_id"));
+    TS_ASSIGN_OR_RETURN(t.pad_id, TokenId("tokenizer.ggml.padding_token_id"));
+    const bool is_llama = t.model == "llama";
+    TS_ASSIGN_OR_RETURN(t.add_bos, BoolOr("tokenizer.ggml.add_bos_token", is_llama));
+    TS_ASSIGN_OR_RETURN(t.add_space_prefix, BoolOr("tokenizer.ggml.add_space_prefix", is_llama));
+
+    auto add_eog = [&t](int32_t id) {
+      if (id >= 0 && std::find(t.eog_ids.begin(), t.eog_ids.end(), id) == t.eog_ids.end())
+        t.eog_ids.push_back(id);
+    };
+    add_eog(t.eos_id);
+    for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+      TS_ASSIGN_OR_RETURN(const int32_t id, TokenId(key));
+      add_eog(id);
+    }
+    if (!t.types.empty()) {
+      for (size_t i = 0; i < n; ++i) {
+        if (t.types[i] != TokenType::kControl) continue;
+        for (std::string_view text : kEogTexts)
+          if (t.tokens[i] == text) add_eog(static_cast<int32_t>(i));
+      }
+    }
+    if (file_->Find("tokenizer.chat_template") != nullptr) {
+      TS_ASSIGN_OR_RETURN(t.chat_template, file_->GetString("tokenizer.chat_template"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string path_;
+  std::unique_ptr<GgufFile> file_;
+  std::string arch_name_;
+  ModelConfig config_;
+  TokenizerData tokenizer_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WeightSource>> OpenGgufWeightSource(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  auto source = std::make_unique<GgufWeightSource>(path, std::move(file));
+  const absl::Status status = source->Init();
+  if (!status.ok()) {
+    // A required key that is absent makes the file malformed, not the path missing.
+    const absl::StatusCode code = absl::IsNotFound(status) ? absl::StatusCode::kInvalidArgument
+                                                           : status.code();
+    return absl::Status(code, absl::StrCat(status.message(), " [", path, "]"));
+  }
+  return std::unique_ptr<WeightSource>(std::move(source));
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,201 @@
+#include "worker/hf/hf_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+
+namespace tinyserve {
+namespace {
+
+using nlohmann::json;
+
+// Typed field access with errors that name the file and the field. A JSON null counts as
+// absent (transformers writes null for unset optional fields).
+class Fields {
+ public:
+  Fields(const json& doc, const std::string& label) : doc_(doc), label_(label) {}
+
+  bool Present(const char* key) const {
+    auto it = doc_.find(key);
+    return it != doc_.end() && !it->is_null();
+  }
+  const json* Raw(const char* key) const {
+    auto it = doc_.find(key);
+    return it == doc_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  absl::StatusOr<int> Int(const char* key, std::optional<int> def = std::nullopt) const {
+    const json* v = Raw(key);
+    if (v == nullptr) {
+      if (def) return *def;
+      return Missing(key);
+    }
+    if (!v->is_number_integer() || v->get<int64_t>() <= 0 || v->get<int64_t>() > (1 << 30)) {
+      return Bad(key, *v, "a positive integer");
+    }
+    return static_cast<int>(v->get<int64_t>());
+  }
+
+  absl::StatusOr<double> Float(const char* key, std::optional<double> def = std::nullopt) const {
+    const json* v = Raw(key);
+    if (v == nullptr) {
+      if (def) return *def;
+      return Missing(key);
+    }
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() <= 0) {
+      return Bad(key, *v, "a positive number");
+    }
+    return v->get<double>();
+  }
+
+  absl::StatusOr<bool> Bool(const char* key, bool def) const {
+    const json* v = Raw(key);
+    if (v == nullptr) return def;
+    if (!v->is_boolean()) return Bad(key, *v, "a boolean");
+    return v->get<bool>();
+  }
+
+  absl::StatusOr<std::string> String(const char* key, std::optional<std::string> def) const {
+    const json* v = Raw(key);
+    if (v == nullptr) {
+      if (def) return *def;
+      return Missing(key);
+    }
+    if (!v->is_string()) return Bad(key, *v, "a string");
+    return v->get<std::string>();
+  }
+
+  absl::Status Missing(const char* key) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config '", label_, "': field '", key, "' is missing"));
+  }
+  absl::Status Bad(const char* key, const json& v, const char* want) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config '", label_, "': field '", key, "' = ", v.dump(), " is not ", want));
+  }
+  absl::Status Unsupported(const char* key, const json& v) const {
+    return absl::UnimplementedError(
+        absl::StrCat("config '", label_, "': field '", key, "' = ", v.dump(), " is not supported"));
+  }
+
+ private:
+  const json& doc_;
+  const std::string& label_;
+};
+
+absl::Status ParseLlama(const Fields& f, ModelConfig* c) {
+  c->arch = Arch::kLlama;
+  TS_ASSIGN_OR_RETURN(c->dim, f.Int("hidden_size"));
+  TS_ASSIGN_OR_RETURN(c->n_layers, f.Int("num_hidden_layers"));
+  TS_ASSIGN_OR_RETURN(c->n_heads, f.Int("num_attention_heads"));
+  TS_ASSIGN_OR_RETURN(c->n_kv_heads, f.Int("num_key_value_heads", c->n_heads));
+  if (c->n_heads % c->n_kv_heads != 0) {
+    return f.Bad("num_key_value_heads", c->n_kv_heads, "a divisor of num_attention_heads");
+  }
+  if (!f.Present("head_dim") && c->dim % c->n_heads != 0) {
+    return f.Bad("num_attention_heads", c->n_heads, "a divisor of hidden_size");
+  }
+  TS_ASSIGN_OR_RETURN(c->head_dim, f.Int("head_dim", c->dim / c->n_heads));
+  if (c->head_dim % 2 != 0) return f.Bad("head_dim", c->head_dim, "even (RoPE rotates pairs)");
+  TS_ASSIGN_OR_RETURN(c->ffn_dim, f.Int("intermediate_size"));
+  TS_ASSIGN_OR_RETURN(c->vocab_size, f.Int("vocab_size"));
+  TS_ASSIGN_OR_RETURN(c->max_context, f.Int("max_position_embeddings"));
+  TS_ASSIGN_OR_RETURN(double eps, f.Float("rms_norm_eps"));
+  c->norm_eps = static_cast<float>(eps);
+  TS_ASSIGN_OR_RETURN(c->tied_embeddings, f.Bool("tie_word_embeddings", false));
+  c->rope_style = RopeStyle::kRotateHalf;
+
+  TS_ASSIGN_OR_RETURN(std::string act, f.String("hidden_act", "silu"));
+  if (act != "silu") return f.Unsupported("hidden_act", act);
+  TS_ASSIGN_OR_RETURN(bool attention_bias, f.Bool("attention_bias", false));
+  if (attention_bias) return f.Unsupported("attention_bias", true);
+  TS_ASSIGN_OR_RETURN(bool mlp_bias, f.Bool("mlp_bias", false));
+  if (mlp_bias) return f.Unsupported("mlp_bias", true);
+  if (const json* scaling = f.Raw("rope_scaling")) return f.Unsupported("rope_scaling", *scaling);
+
+  TS_ASSIGN_OR_RETURN(double theta, f.Float("rope_theta", 10000.0));
+  // transformers 5 writes {"rope_type": "default", "rope_theta": ...} instead.
+  if (const json* params = f.Raw("rope_parameters")) {
+    if (!params->is_object()) return f.Bad("rope_parameters", *params, "an object");
+    auto type = params->find("rope_type");
+    if (type != params->end() && *type != "default") {
+      return f.Unsupported("rope_parameters", *params);
+    }
+    auto t = params->find("rope_theta");
+    if (t != params->end()) {
+      if (!t->is_number() || t->get<double>() <= 0) {
+        return f.Bad("rope_parameters", *params, "an object with a positive rope_theta");
+      }
+      theta = t->get<double>();
+    }
+  }
+  c->rope_theta = static_cast<float>(theta);
+  return absl::OkStatus();
+}
+
+absl::Status ParseGpt2(const Fields& f, ModelConfig* c) {
+  c->arch = Arch::kGpt2;
+  TS_ASSIGN_OR_RETURN(c->dim, f.Int("n_embd"));
+  TS_ASSIGN_OR_RETURN(c->n_layers, f.Int("n_layer"));
+  TS_ASSIGN_OR_RETURN(c->n_heads, f.Int("n_head"));
+  if (c->dim % c->n_heads != 0) return f.Bad("n_head", c->n_heads, "a divisor of n_embd");
+  c->n_kv_heads = c->n_heads;
+  c->head_dim = c->dim / c->n_heads;
+  TS_ASSIGN_OR_RETURN(c->ffn_dim, f.Int("n_inner", 4 * c->dim));
+  TS_ASSIGN_OR_RETURN(c->vocab_size, f.Int("vocab_size"));
+  TS_ASSIGN_OR_RETURN(int n_ctx, f.Int("n_ctx", 1024));
+  TS_ASSIGN_OR_RETURN(c->max_context, f.Int("n_positions", n_ctx));
+  TS_ASSIGN_OR_RETURN(double eps, f.Float("layer_norm_epsilon", 1e-5));
+  c->norm_eps = static_cast<float>(eps);
+  TS_ASSIGN_OR_RETURN(c->tied_embeddings, f.Bool("tie_word_embeddings", true));
+  c->rope_style = RopeStyle::kNone;
+  c->rope_theta = 0.0f;
+
+  TS_ASSIGN_OR_RETURN(std::string act, f.String("activation_function", "gelu_new"));
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
+    return f.Unsupported("activation_function", act);
+  }
+  TS_ASSIGN_OR_RETURN(bool scale, f.Bool("scale_attn_weights", true));
+  if (!scale) return f.Unsupported("scale_attn_weights", false);
+  TS_ASSIGN_OR_RETURN(bool by_layer, f.Bool("scale_attn_by_inverse_layer_idx", false));
+  if (by_layer) return f.Unsupported("scale_attn_by_inverse_layer_idx", true);
+  // Upcasting only changes the precision of a float16 run; the maths is the same.
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std::string& label) {
+  const json doc = json::parse(json_text.begin(), json_text.end(), nullptr,
+                               /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("config '", label, "': not a JSON object"));
+  }
+  Fields f(doc, label);
+  TS_ASSIGN_OR_RETURN(std::string type, f.String("model_type", std::nullopt));
+  ModelConfig c;
+  if (type == "llama") {
+    TS_RETURN_IF_ERROR(ParseLlama(f, &c));
+  } else if (type == "gpt2") {
+    TS_RETURN_IF_ERROR(ParseGpt2(f, &c));
+  } else {
+    return absl::UnimplementedError(absl::StrCat("config '", label, "': model_type '", type,
+                                                 "' is not supported (llama, gpt2)"));
+  }
+  return c;
+}
+
+absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("config: cannot open '", path, "'"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ParseHfConfig(ss.str(), path);
+}
+
+}  // namespace tinyserve

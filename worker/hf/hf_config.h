@@ -1,0 +1,36 @@
+// File: worker/hf/hf_config.h
+// Hugging Face config.json -> ModelConfig, for model_type "llama" and "gpt2".
+//
+//   llama: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
+//          max_position_embeddings, rms_norm_eps (required); num_key_value_heads (default: the
+//          heads), head_dim (default hidden / heads), rope_theta (default 10000, also read from
+//          transformers 5's rope_parameters), tie_word_embeddings (default false, as in
+//          transformers' LlamaConfig). RoPE pairs rotate-half (model-formats.md §5).
+//          Unimplemented: rope_scaling / non-default rope_parameters, attention_bias, mlp_bias,
+//          hidden_act other than silu.
+//   gpt2:  n_embd, n_layer, n_head, vocab_size (required); n_inner (null -> 4 * n_embd),
+//          n_positions (or n_ctx; default 1024), layer_norm_epsilon (default 1e-5),
+//          tie_word_embeddings (default true). No RoPE. Unimplemented: activation_function
+//          other than gelu_new / gelu_pytorch_tanh, scale_attn_weights false,
+//          scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn.
+// Any other model_type is Unimplemented. A missing or mistyped field is InvalidArgument naming
+// the file and the field.
+//
+// Thread safety: plain functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "worker/model/model_config.h"
+
+namespace tinyserve {
+
+// Parses config.json text; `label` names the file in errors. ModelConfig::name is left empty.
+absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std::string& label);
+
+// Reads and parses a config.json file. NotFound naming the path if it is absent.
+absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path);
+
+}  // namespace tinyserve

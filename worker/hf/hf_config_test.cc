@@ -1,0 +1,168 @@
+#include "worker/hf/hf_config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tinyserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kLlama[] = R"({
+  "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30,
+  "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
+  "vocab_size": 49152, "max_position_embeddings": 8192, "rms_norm_eps": 1e-05,
+  "rope_theta": 100000, "rope_scaling": null, "tie_word_embeddings": true,
+  "hidden_act": "silu"
+})";
+
+constexpr char kGpt2[] = R"({
+  "model_type": "gpt2", "n_embd": 1024, "n_layer": 24, "n_head": 16, "n_inner": null,
+  "n_positions": 1024, "n_ctx": 1024, "layer_norm_epsilon": 1e-05, "vocab_size": 50257,
+  "activation_function": "gelu_new"
+})";
+
+// kLlama or kGpt2 with one field replaced (or removed when value is empty).
+std::string With(const char* base, const std::string& key, const std::string& value) {
+  auto doc = nlohmann::json::parse(base);
+  if (value.empty()) {
+    doc.erase(key);
+  } else {
+    doc[key] = nlohmann::json::parse(value);
+  }
+  return doc.dump();
+}
+
+TEST(HfConfigTest, LlamaSmolLM2) {
+  auto c = ParseHfConfig(kLlama, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Arch::kLlama);
+  EXPECT_EQ(c->dim, 576);
+  EXPECT_EQ(c->n_layers, 30);
+  EXPECT_EQ(c->n_heads, 9);
+  EXPECT_EQ(c->n_kv_heads, 3);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->ffn_dim, 1536);
+  EXPECT_EQ(c->vocab_size, 49152);
+  EXPECT_EQ(c->max_context, 8192);
+  EXPECT_FLOAT_EQ(c->norm_eps, 1e-5f);
+  EXPECT_FLOAT_EQ(c->rope_theta, 100000.0f);
+  EXPECT_EQ(c->rope_style, RopeStyle::kRotateHalf);
+  EXPECT_TRUE(c->tied_embeddings);
+}
+
+TEST(HfConfigTest, LlamaDefaults) {
+  std::string text = With(kLlama, "num_key_value_heads", "");
+  text = With(text.c_str(), "rope_theta", "");
+  text = With(text.c_str(), "tie_word_embeddings", "");
+  text = With(text.c_str(), "hidden_act", "");
+  auto c = ParseHfConfig(text, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_kv_heads, 9);
+  EXPECT_FLOAT_EQ(c->rope_theta, 10000.0f);
+  EXPECT_FALSE(c->tied_embeddings);  // transformers' LlamaConfig default
+
+  c = ParseHfConfig(With(kLlama, "head_dim", "32"), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 32);
+}
+
+TEST(HfConfigTest, LlamaRopeParameters) {
+  // transformers 5 writes rope_parameters instead of rope_theta.
+  auto c = ParseHfConfig(
+      With(kLlama, "rope_parameters", R"({"rope_type": "default", "rope_theta": 500000.0})"),
+      "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+
+  c = ParseHfConfig(With(kLlama, "rope_parameters", R"({"rope_type": "llama3", "factor": 8})"),
+                    "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(c.status().message(), HasSubstr("field 'rope_parameters'"));
+}
+
+TEST(HfConfigTest, LlamaUnsupported) {
+  auto c = ParseHfConfig(With(kLlama, "rope_scaling", R"({"type": "linear", "factor": 2.0})"),
+                         "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(c.status().message(), HasSubstr("'config.json': field 'rope_scaling'"));
+
+  c = ParseHfConfig(With(kLlama, "hidden_act", R"("gelu")"), "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(c.status().message(), HasSubstr("hidden_act"));
+
+  c = ParseHfConfig(With(kLlama, "attention_bias", "true"), "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+
+  c = ParseHfConfig(With(kLlama, "model_type", R"("mixtral")"), "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(c.status().message(), HasSubstr("model_type 'mixtral'"));
+}
+
+TEST(HfConfigTest, LlamaInvalid) {
+  auto c = ParseHfConfig(With(kLlama, "hidden_size", ""), "x/config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("config 'x/config.json': field 'hidden_size' is missing"));
+
+  c = ParseHfConfig(With(kLlama, "num_hidden_layers", R"("30")"), "config.json");
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("field 'num_hidden_layers' = \"30\" is not a positive integer"));
+
+  c = ParseHfConfig(With(kLlama, "num_key_value_heads", "4"), "config.json");
+  EXPECT_THAT(c.status().message(), HasSubstr("'num_key_value_heads' = 4 is not a divisor"));
+
+  c = ParseHfConfig(With(kLlama, "rms_norm_eps", "-1"), "config.json");
+  EXPECT_THAT(c.status().message(), HasSubstr("'rms_norm_eps' = -1 is not a positive number"));
+
+  c = ParseHfConfig("not json", "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+
+  c = ParseHfConfig(With(kLlama, "model_type", ""), "config.json");
+  EXPECT_THAT(c.status().message(), HasSubstr("field 'model_type' is missing"));
+}
+
+TEST(HfConfigTest, Gpt2Medium) {
+  auto c = ParseHfConfig(kGpt2, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Arch::kGpt2);
+  EXPECT_EQ(c->dim, 1024);
+  EXPECT_EQ(c->n_layers, 24);
+  EXPECT_EQ(c->n_heads, 16);
+  EXPECT_EQ(c->n_kv_heads, 16);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->ffn_dim, 4096);  // n_inner null -> 4 * n_embd
+  EXPECT_EQ(c->vocab_size, 50257);
+  EXPECT_EQ(c->max_context, 1024);
+  EXPECT_EQ(c->rope_style, RopeStyle::kNone);
+  EXPECT_TRUE(c->tied_embeddings);
+
+  c = ParseHfConfig(With(kGpt2, "n_inner", "3000"), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ffn_dim, 3000);
+  c = ParseHfConfig(With(kGpt2, "activation_function", R"("gelu_pytorch_tanh")"), "config.json");
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
+TEST(HfConfigTest, Gpt2Unsupported) {
+  auto c = ParseHfConfig(With(kGpt2, "activation_function", R"("relu")"), "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(c.status().message(), HasSubstr("field 'activation_function' = \"relu\""));
+
+  c = ParseHfConfig(With(kGpt2, "scale_attn_by_inverse_layer_idx", "true"), "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+
+  c = ParseHfConfig(With(kGpt2, "n_head", "15"), "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("'n_head' = 15 is not a divisor of n_embd"));
+}
+
+TEST(HfConfigTest, ReadMissingFile) {
+  auto c = ReadHfConfig("/nonexistent/config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("/nonexistent/config.json"));
+}
+
+}  // namespace
+}  // namespace tinyserve

@@ -1,0 +1,421 @@
+#include "worker/runner/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/timer.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dequant.h"
+#include "worker/model/weight_source.h"
+#include "worker/tp/communicator.h"
+
+namespace tinyserve {
+namespace {
+
+absl::StatusOr<Matrix> LoadMatrix(const WeightSource& src, const std::string& name,
+                                  int64_t rows, int64_t cols) {
+  TS_ASSIGN_OR_RETURN(TensorRef t, src.Get(name));
+  if (t.ne.size() != 2 || t.ne[0] != cols || t.ne[1] != rows)
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': expected shape [", cols,
+                                                   ", ", rows, "], got ",
+                                                   t.ne.size() == 2 ? absl::StrCat("[", t.ne[0], ", ", t.ne[1], "]")
+                                                                    : absl::StrCat(t.ne.size(), " dims")));
+  return MatrixView(t.type, rows, cols, t.data);
+}
+
+absl::StatusOr<std::vector<float>> LoadVector(const WeightSource& src, const std::string& name,
+                                              int64_t n) {
+  TS_ASSIGN_OR_RETURN(TensorRef t, src.Get(name));
+  int64_t count = 1;
+  for (int64_t e : t.ne) count *= e;
+  if (count != n)
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': expected ", n, " elements, got ", count));
+  std::vector<float> out(n);
+  TS_RETURN_IF_ERROR(DequantizeRow(t.type, t.data, out.data(), n));
+  return out;
+}
+
+std::string Blk(int i, const char* what) { return absl::StrCat("blk.", i, ".", what); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TransformerRunner>> TransformerRunner::Create(
+    const WeightSource& source, const RunnerOptions& options) {
+  std::unique_ptr<TransformerRunner> r(new TransformerRunner());
+  r->options_ = options;
+  r->config_ = source.config();
+  const ModelConfig& c = r->config_;
+  const int ws = options.world_size, rank = options.rank;
+  if (ws < 1 || rank < 0 || rank >= ws)
+    return absl::InvalidArgumentError(absl::StrCat("bad rank ", rank, " of ", ws));
+  if (ws > 1 && options.comm == nullptr)
+    return absl::InvalidArgumentError("world_size > 1 needs a communicator");
+  if (c.n_heads % ws != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor-parallel size ", ws, " does not divide ", c.n_heads, " heads"));
+  if (c.ffn_dim % ws != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor-parallel size ", ws, " does not divide the MLP size ", c.ffn_dim));
+  r->heads_local_ = c.n_heads / ws;
+  r->head_start_ = rank * r->heads_local_;
+  if (c.n_kv_heads % ws == 0) {
+    r->kv_local_ = c.n_kv_heads / ws;
+    r->kv_start_ = rank * r->kv_local_;
+  } else if (ws % c.n_kv_heads == 0) {
+    r->kv_local_ = 1;  // KV heads replicated: ws / n_kv ranks share each
+    r->kv_start_ = rank / (ws / c.n_kv_heads);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("tensor-parallel size ", ws,
+                                                   " and KV heads ", c.n_kv_heads,
+                                                   ": neither divides the other"));
+  }
+  r->group_ = c.n_heads / c.n_kv_heads;
+  r->ffn_local_ = c.ffn_dim / ws;
+  TS_RETURN_IF_ERROR(r->Load(source));
+  const int max_pos = options.max_positions > 0 ? options.max_positions : c.max_context;
+  if (c.rope_style != RopeStyle::kNone)
+    r->rope_ = std::make_unique<RopeTable>(c.head_dim, max_pos, c.rope_theta);
+  return r;
+}
+
+absl::Status TransformerRunner::Load(const WeightSource& src) {
+  const ModelConfig& c = config_;
+  const int hd = c.head_dim, D = c.dim;
+  const bool gpt2 = c.arch == Arch::kGpt2;
+  const bool first = options_.rank == 0;
+  auto prep = [&](Matrix m) -> absl::StatusOr<Matrix> {
+    TS_ASSIGN_OR_RETURN(Matrix p, PrepareMatrix(std::move(m)));
+    weight_bytes_ += static_cast<int64_t>(p.row_bytes) * p.rows;
+    return p;
+  };
+  // Rows [r0, r1) of a vector, or all when it is absent and optional.
+  auto vec_slice = [&](const std::string& name, int64_t n, int64_t r0,
+                       int64_t r1) -> absl::StatusOr<std::vector<float>> {
+    if (!src.Has(name)) return std::vector<float>();
+    TS_ASSIGN_OR_RETURN(std::vector<float> v, LoadVector(src, name, n));
+    return std::vector<float>(v.begin() + r0, v.begin() + r1);
+  };
+
+  TS_ASSIGN_OR_RETURN(token_embd_, LoadMatrix(src, "token_embd.weight", c.vocab_size, D));
+  if (gpt2) {
+    TS_ASSIGN_OR_RETURN(position_embd_,
+                        LoadMatrix(src, "position_embd.weight", c.max_context, D));
+  }
+  TS_ASSIGN_OR_RETURN(output_norm_w_, LoadVector(src, "output_norm.weight", D));
+  if (gpt2) {
+    TS_ASSIGN_OR_RETURN(output_norm_b_, LoadVector(src, "output_norm.bias", D));
+  }
+  if (!c.tied_embeddings && src.Has("output.weight")) {
+    TS_ASSIGN_OR_RETURN(Matrix out, LoadMatrix(src, "output.weight", c.vocab_size, D));
+    TS_ASSIGN_OR_RETURN(output_, prep(std::move(out)));
+  } else {
+    TS_ASSIGN_OR_RETURN(output_, prep(token_embd_));
+  }
+
+  const int64_t q0 = static_cast<int64_t>(head_start_) * hd, q1 = q0 + heads_local_ * hd;
+  const int64_t k0 = static_cast<int64_t>(kv_start_) * hd, k1 = k0 + kv_local_ * hd;
+  const int64_t f0 = static_cast<int64_t>(options_.rank) * ffn_local_, f1 = f0 + ffn_local_;
+  const int64_t qd = static_cast<int64_t>(c.n_heads) * hd, kd = static_cast<int64_t>(c.n_kv_heads) * hd;
+  layers_.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    Layer& L = layers_[i];
+    TS_ASSIGN_OR_RETURN(L.attn_norm_w, LoadVector(src, Blk(i, "attn_norm.weight"), D));
+    TS_ASSIGN_OR_RETURN(L.ffn_norm_w, LoadVector(src, Blk(i, "ffn_norm.weight"), D));
+    if (gpt2) {
+      TS_ASSIGN_OR_RETURN(L.attn_norm_b, LoadVector(src, Blk(i, "attn_norm.bias"), D));
+      TS_ASSIGN_OR_RETURN(L.ffn_norm_b, LoadVector(src, Blk(i, "ffn_norm.bias"), D));
+      TS_ASSIGN_OR_RETURN(Matrix qkv, LoadMatrix(src, Blk(i, "attn_qkv.weight"), qd + 2 * kd, D));
+      TS_ASSIGN_OR_RETURN(L.wq, prep(SliceRows(qkv, q0, q1)));
+      TS_ASSIGN_OR_RETURN(L.wk, prep(SliceRows(qkv, qd + k0, qd + k1)));
+      TS_ASSIGN_OR_RETURN(L.wv, prep(SliceRows(qkv, qd + kd + k0, qd + kd + k1)));
+      TS_ASSIGN_OR_RETURN(std::vector<float> b,
+                          LoadVector(src, Blk(i, "attn_qkv.bias"), qd + 2 * kd));
+      L.bq.assign(b.begin() + q0, b.begin() + q1);
+      L.bk.assign(b.begin() + qd + k0, b.begin() + qd + k1);
+      L.bv.assign(b.begin() + qd + kd + k0, b.begin() + qd + kd + k1);
+    } else {
+      TS_ASSIGN_OR_RETURN(Matrix wq, LoadMatrix(src, Blk(i, "attn_q.weight"), qd, D));
+      TS_ASSIGN_OR_RETURN(Matrix wk, LoadMatrix(src, Blk(i, "attn_k.weight"), kd, D));
+      TS_ASSIGN_OR_RETURN(Matrix wv, LoadMatrix(src, Blk(i, "attn_v.weight"), kd, D));
+      TS_ASSIGN_OR_RETURN(L.wq, prep(options_.world_size == 1 ? wq : SliceRows(wq, q0, q1)));
+      TS_ASSIGN_OR_RETURN(L.wk, prep(options_.world_size == 1 ? wk : SliceRows(wk, k0, k1)));
+      TS_ASSIGN_OR_RETURN(L.wv, prep(options_.world_size == 1 ? wv : SliceRows(wv, k0, k1)));
+      TS_ASSIGN_OR_RETURN(L.bq, vec_slice(Blk(i, "attn_q.bias"), qd, q0, q1));
+      TS_ASSIGN_OR_RETURN(L.bk, vec_slice(Blk(i, "attn_k.bias"), kd, k0, k1));
+      TS_ASSIGN_OR_RETURN(L.bv, vec_slice(Blk(i, "attn_v.bias"), kd, k0, k1));
+    }
+    TS_ASSIGN_OR_RETURN(Matrix wo, LoadMatrix(src, Blk(i, "attn_output.weight"), D, qd));
+    if (options_.world_size == 1) {
+      TS_ASSIGN_OR_RETURN(L.wo, prep(wo));
+    } else {
+      TS_ASSIGN_OR_RETURN(Matrix s, SliceCols(wo, q0, q1));
+      TS_ASSIGN_OR_RETURN(L.wo, prep(s));
+    }
+    if (first) {
+      TS_ASSIGN_OR_RETURN(L.bo, vec_slice(Blk(i, "attn_output.bias"), D, 0, D));
+    }
+    if (!gpt2) {
+      TS_ASSIGN_OR_RETURN(Matrix g, LoadMatrix(src, Blk(i, "ffn_gate.weight"), c.ffn_dim, D));
+      TS_ASSIGN_OR_RETURN(L.w_gate, prep(options_.world_size == 1 ? g : SliceRows(g, f0, f1)));
+    }
+    TS_ASSIGN_OR_RETURN(Matrix u, LoadMatrix(src, Blk(i, "ffn_up.weight"), c.ffn_dim, D));
+    TS_ASSIGN_OR_RETURN(L.w_up, prep(options_.world_size == 1 ? u : SliceRows(u, f0, f1)));
+    TS_ASSIGN_OR_RETURN(L.b_up, vec_slice(Blk(i, "ffn_up.bias"), c.ffn_dim, f0, f1));
+    TS_ASSIGN_OR_RETURN(Matrix dn, LoadMatrix(src, Blk(i, "ffn_down.weight"), D, c.ffn_dim));
+    if (options_.world_size == 1) {
+      TS_ASSIGN_OR_RETURN(L.w_down, prep(dn));
+    } else {
+      TS_ASSIGN_OR_RETURN(Matrix s, SliceCols(dn, f0, f1));
+      TS_ASSIGN_OR_RETURN(L.w_down, prep(s));
+    }
+    if (first) {
+      TS_ASSIGN_OR_RETURN(L.b_down, vec_slice(Blk(i, "ffn_down.bias"), D, 0, D));
+    }
+  }
+  return absl::OkStatus();
+}
+
+KvCacheConfig TransformerRunner::MakeKvConfig(int page_size, int64_t num_pages) const {
+  KvCacheConfig k;
+  k.n_layers = config_.n_layers;
+  k.n_kv_heads = kv_local_;
+  k.head_dim = config_.head_dim;
+  k.page_size = page_size;
+  k.num_pages = num_pages;
+  return k;
+}
+
+void TransformerRunner::Norm(const float* x, const std::vector<float>& w,
+                             const std::vector<float>& b, float* y) const {
+  if (config_.arch == Arch::kGpt2) {
+    LayerNorm(x, w.data(), b.empty() ? nullptr : b.data(), config_.dim, config_.norm_eps, y);
+  } else {
+    RmsNorm(x, w.data(), config_.dim, config_.norm_eps, y);
+  }
+}
+
+absl::Status TransformerRunner::AllReduce(float* data, size_t n) {
+  if (options_.world_size == 1) return absl::OkStatus();
+  return options_.comm->AllReduceSum(data, n);
+}
+
+static void AddBias(float* y, const std::vector<float>& b, int64_t rows, int64_t n) {
+  if (b.empty()) return;
+  for (int64_t t = 0; t < rows; ++t) AddInPlace(y + t * n, b.data(), static_cast<int>(n));
+}
+
+absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, PagedKvCache* kv,
+                                        std::vector<float>* logits) {
+  const ModelConfig& c = config_;
+  const int D = c.dim, hd = c.head_dim;
+  const int qdim = heads_local_ * hd, kdim = kv_local_ * hd;
+  timings_ = ForwardTimings();
+  Stopwatch total;
+  // Rows of the activation matrices: sequence s owns rows [row0[s], row0[s] + n).
+  std::vector<int> row0(batch.size() + 1, 0);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SeqInput& in = batch[s];
+    if (in.n <= 0) return absl::InvalidArgumentError("a sequence in the batch has no new tokens");
+    if (in.start_pos + in.n > c.max_context || (rope_ && in.start_pos + in.n > rope_->max_pos()))
+      return absl::InvalidArgumentError(absl::StrCat("position ", in.start_pos + in.n - 1,
+                                                     " is past the context length ",
+                                                     c.max_context));
+    const int64_t need = (in.start_pos + in.n + kv->config().page_size - 1) / kv->config().page_size;
+    if (in.pages == nullptr || static_cast<int64_t>(in.pages->size()) < need)
+      return absl::InternalError("page table does not cover the new tokens");
+    for (int i = 0; i < in.n; ++i)
+      if (in.tokens[i] < 0 || in.tokens[i] >= c.vocab_size)
+        return absl::InvalidArgumentError(absl::StrCat("token id ", in.tokens[i],
+                                                       " is out of range [0, ", c.vocab_size, ")"));
+    row0[s + 1] = row0[s] + in.n;
+  }
+  const int T = row0.back();
+  x_.resize(static_cast<size_t>(T) * D);
+  xn_.resize(x_.size());
+  q_.resize(static_cast<size_t>(T) * qdim);
+  k_.resize(static_cast<size_t>(T) * kdim);
+  v_.resize(static_cast<size_t>(T) * kdim);
+  att_.resize(q_.size());
+  proj_.resize(x_.size());
+  gate_.resize(static_cast<size_t>(T) * ffn_local_);
+  up_.resize(gate_.size());
+
+  // Embeddings (+ learned positions for GPT-2).
+  std::vector<float> pos_row(D);
+  for (size_t s = 0; s < batch.size(); ++s)
+    for (int i = 0; i < batch[s].n; ++i) {
+      float* xr = &x_[static_cast<size_t>(row0[s] + i) * D];
+      MatrixRowToFloat(token_embd_, batch[s].tokens[i], xr);
+      if (c.arch == Arch::kGpt2) {
+        MatrixRowToFloat(position_embd_, batch[s].start_pos + i, pos_row.data());
+        AddInPlace(xr, pos_row.data(), D);
+      }
+    }
+
+  ThreadPool* pool = options_.pool;
+  auto matmul = [&](const Matrix& w, const float* in, float* out) {
+    Stopwatch sw;
+    MatMul(w, in, T, out, pool);
+    timings_.matmul += sw.Seconds();
+  };
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    Layer& L = layers_[l];
+    for (int t = 0; t < T; ++t)
+      Norm(&x_[static_cast<size_t>(t) * D], L.attn_norm_w, L.attn_norm_b, &xn_[static_cast<size_t>(t) * D]);
+    matmul(L.wq, xn_.data(), q_.data());
+    matmul(L.wk, xn_.data(), k_.data());
+    matmul(L.wv, xn_.data(), v_.data());
+    AddBias(q_.data(), L.bq, T, qdim);
+    AddBias(k_.data(), L.bk, T, kdim);
+    AddBias(v_.data(), L.bv, T, kdim);
+    // RoPE, then append K/V to the cache.
+    for (size_t s = 0; s < batch.size(); ++s) {
+      const SeqInput& in = batch[s];
+      for (int i = 0; i < in.n; ++i) {
+        const int t = row0[s] + i;
+        const int64_t pos = in.start_pos + i;
+        if (rope_) {
+          const bool adj = c.rope_style == RopeStyle::kAdjacent;
+          for (int h = 0; h < heads_local_; ++h) rope_->Apply(&q_[static_cast<size_t>(t) * qdim + h * hd], pos, adj);
+          for (int h = 0; h < kv_local_; ++h) rope_->Apply(&k_[static_cast<size_t>(t) * kdim + h * hd], pos, adj);
+        }
+        const int ps = kv->config().page_size;
+        kv->WriteToken(l, (*in.pages)[pos / ps], static_cast<int>(pos % ps),
+                       &k_[static_cast<size_t>(t) * kdim], &v_[static_cast<size_t>(t) * kdim]);
+      }
+    }
+    Stopwatch sw;
+    Attention(l, batch, row0, kv);
+    timings_.attention += sw.Seconds();
+    matmul(L.wo, att_.data(), proj_.data());
+    AddBias(proj_.data(), L.bo, T, D);
+    TS_RETURN_IF_ERROR(AllReduce(proj_.data(), proj_.size()));
+    AddInPlace(x_.data(), proj_.data(), T * D);
+
+    for (int t = 0; t < T; ++t)
+      Norm(&x_[static_cast<size_t>(t) * D], L.ffn_norm_w, L.ffn_norm_b, &xn_[static_cast<size_t>(t) * D]);
+    if (c.arch == Arch::kGpt2) {
+      matmul(L.w_up, xn_.data(), up_.data());
+      AddBias(up_.data(), L.b_up, T, ffn_local_);
+      GeluNew(up_.data(), T * ffn_local_);
+      matmul(L.w_down, up_.data(), proj_.data());
+    } else {
+      matmul(L.w_gate, xn_.data(), gate_.data());
+      matmul(L.w_up, xn_.data(), up_.data());
+      SwiGlu(gate_.data(), up_.data(), T * ffn_local_);
+      matmul(L.w_down, gate_.data(), proj_.data());
+    }
+    AddBias(proj_.data(), L.b_down, T, D);
+    TS_RETURN_IF_ERROR(AllReduce(proj_.data(), proj_.size()));
+    AddInPlace(x_.data(), proj_.data(), T * D);
+  }
+
+  // Final norm and LM head on the rows that need logits.
+  std::vector<int> rows;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    if (batch[s].all_logits) {
+      for (int i = 0; i < batch[s].n; ++i) rows.push_back(row0[s] + i);
+    } else {
+      rows.push_back(row0[s + 1] - 1);
+    }
+  }
+  hidden_.resize(rows.size() * D);
+  for (size_t r = 0; r < rows.size(); ++r)
+    Norm(&x_[static_cast<size_t>(rows[r]) * D], output_norm_w_, output_norm_b_, &hidden_[r * D]);
+  logits->resize(rows.size() * static_cast<size_t>(c.vocab_size));
+  {
+    Stopwatch sw;
+    MatMul(output_, hidden_.data(), static_cast<int64_t>(rows.size()), logits->data(), pool);
+    timings_.matmul += sw.Seconds();
+  }
+  timings_.other = total.Seconds() - timings_.matmul - timings_.attention;
+  return absl::OkStatus();
+}
+
+void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
+                                  const std::vector<int>& row0, PagedKvCache* kv) {
+  const int hd = config_.head_dim, ps = kv->config().page_size;
+  const int qdim = heads_local_ * hd;
+  const int group = heads_local_ / kv_local_;  // local query heads per local KV head
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Work items: (row t, local KV head).
+  const int T = row0.back();
+  std::vector<int> seq_of_row(T);
+  for (size_t s = 0; s + 1 < row0.size(); ++s)
+    for (int t = row0[s]; t < row0[s + 1]; ++t) seq_of_row[t] = static_cast<int>(s);
+  const int64_t items = static_cast<int64_t>(T) * kv_local_;
+  auto body = [&](int64_t b, int64_t e, int) {
+    std::vector<KvSpan> spans;
+    std::vector<int32_t> chosen;
+    std::vector<float> scores, lse(group);
+    for (int64_t it = b; it < e; ++it) {
+      const int t = static_cast<int>(it / kv_local_), h = static_cast<int>(it % kv_local_);
+      const SeqInput& in = batch[seq_of_row[t]];
+      const int64_t pos = in.start_pos + (t - row0[seq_of_row[t]]);
+      const int64_t n_tok = pos + 1;  // causal: this token and everything before it
+      const int64_t n_pages = (n_tok + ps - 1) / ps;
+      const float* q = &q_[static_cast<size_t>(t) * qdim + static_cast<size_t>(h) * group * hd];
+      float* out = &att_[static_cast<size_t>(t) * qdim + static_cast<size_t>(h) * group * hd];
+      // Selection applies to decode (one new token) on active layers only; prefill is dense.
+      AttentionSelector* sel = in.n == 1 ? in.selector : nullptr;
+      chosen.clear();
+      if (sel != nullptr && sel->Active(layer)) {
+        SelectArgs a;
+        a.layer = layer;
+        a.kv_head = h;
+        a.q = q;
+        a.group = group;
+        a.head_dim = hd;
+        a.pages = in.pages;
+        a.n_tokens = n_tok;
+        a.page_size = ps;
+        a.kv = kv;
+        sel->Select(a, &chosen);
+      } else {
+        for (int64_t p = 0; p < n_pages; ++p) chosen.push_back(static_cast<int32_t>(p));
+      }
+      spans.clear();
+      int64_t total = 0;
+      for (int32_t lp : chosen) {
+        const int32_t page = (*in.pages)[lp];
+        const int n = static_cast<int>(std::min<int64_t>(ps, n_tok - static_cast<int64_t>(lp) * ps));
+        spans.push_back({kv->K(layer, page, h), kv->V(layer, page, h), n});
+        total += n;
+      }
+      AttendOptions opt;
+      opt.scale = scale;
+      const bool want_scores = sel != nullptr && sel->NeedsScores(layer);
+      if (want_scores) {
+        scores.resize(static_cast<size_t>(group) * total);
+        opt.scores_out = scores.data();
+        opt.lse_out = lse.data();
+      }
+      AttendSpans(q, group, hd, spans.data(), static_cast<int>(spans.size()), opt, out);
+      if (want_scores) {
+        ScoresArgs sa;
+        sa.layer = layer;
+        sa.kv_head = h;
+        sa.group = group;
+        sa.chosen = &chosen;
+        sa.scores = scores.data();
+        sa.lse = lse.data();
+        sa.n_tokens = n_tok;
+        sa.page_size = ps;
+        sel->OnScores(sa);
+      }
+    }
+  };
+  if (options_.pool != nullptr && items > 1) {
+    options_.pool->ParallelFor(items, body);
+  } else {
+    body(0, items, 0);
+  }
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,105 @@
+// File: worker/runner/transformer.h
+// The model runner: a decoder-only transformer (Llama family or GPT-2) over the paged KV cache.
+//
+// A runner is created for (rank, world_size) and loads only its shard, Megatron-style: query
+// and KV heads split across ranks (KV heads replicated when world_size exceeds them and is a
+// multiple), MLP gate/up split by rows (output features) and down by columns, the attention
+// output projection split by columns; partial sums are all-reduced after the attention output
+// and the MLP down projections. Embedding and LM head are replicated on every rank.
+//
+// Forward runs a batch of sequences in one pass: every matrix product sees all new tokens of
+// all sequences (prefill chunks and decode tokens together); attention is per sequence over its
+// page table. The caller (the engine) owns the page tables and allocates pages beforehand.
+//
+// Thread safety: one Forward at a time (the engine thread); it parallelises internally on the
+// thread pool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "worker/kv/paged_kv_cache.h"
+#include "worker/model/model_config.h"
+#include "worker/runner/attention_selector.h"
+
+namespace tinyserve {
+
+class Communicator;
+class WeightSource;
+
+struct RunnerOptions {
+  int rank = 0;
+  int world_size = 1;
+  Communicator* comm = nullptr;  // required when world_size > 1
+  ThreadPool* pool = nullptr;    // null: single-threaded
+  int max_positions = 0;         // RoPE table size; 0: the model's max context
+};
+
+struct SeqInput {
+  const int32_t* tokens = nullptr;  // [n] new tokens
+  int n = 0;
+  int64_t start_pos = 0;            // tokens already in the cache for this sequence
+  const std::vector<int32_t>* pages = nullptr;  // covers positions [0, start_pos + n)
+  bool all_logits = false;          // logits for every new token, else only the last
+  AttentionSelector* selector = nullptr;  // decode token selection; null = dense
+};
+
+// Time spent per phase in the last Forward (seconds), for instrumentation.
+struct ForwardTimings {
+  double matmul = 0, attention = 0, select = 0, other = 0;
+};
+
+class TransformerRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<TransformerRunner>> Create(const WeightSource& source,
+                                                                   const RunnerOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  int local_heads() const { return heads_local_; }
+  int local_kv_heads() const { return kv_local_; }
+  // A KV cache config matching this rank's shard.
+  KvCacheConfig MakeKvConfig(int page_size, int64_t num_pages) const;
+  // Bytes of weights this rank reads per token (for the bytes-moved floor).
+  int64_t WeightBytes() const { return weight_bytes_; }
+
+  // Logits rows in batch order: n rows for an all_logits sequence, else 1. [rows][vocab].
+  absl::Status Forward(const std::vector<SeqInput>& batch, PagedKvCache* kv,
+                       std::vector<float>* logits);
+  const ForwardTimings& last_timings() const { return timings_; }
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm_w, attn_norm_b, ffn_norm_w, ffn_norm_b;
+    Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    std::vector<float> bq, bk, bv, bo, b_up, b_down;  // empty when absent (or not this rank's)
+  };
+
+  TransformerRunner() = default;
+  absl::Status Load(const WeightSource& source);
+  void Norm(const float* x, const std::vector<float>& w, const std::vector<float>& b, float* y)
+      const;
+  absl::Status AllReduce(float* data, size_t n);
+  void Attention(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& row0,
+                 PagedKvCache* kv);
+
+  ModelConfig config_;
+  RunnerOptions options_;
+  int heads_local_ = 0, kv_local_ = 0, kv_start_ = 0, head_start_ = 0, ffn_local_ = 0;
+  int group_ = 1;
+  Matrix token_embd_, position_embd_, output_;
+  std::vector<float> output_norm_w_, output_norm_b_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<RopeTable> rope_;
+  int64_t weight_bytes_ = 0;
+  ForwardTimings timings_;
+
+  // Scratch, reused across calls: [T][...] activations.
+  std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, hidden_;
+};
+
+}  // namespace tinyserve

@@ -1,0 +1,157 @@
+// The model runner against independent implementations and its tensor-parallel shards:
+//   - small random Llama and GPT-2 checkpoints (scripts/make_test_models.py) against
+//     transformers' logits (tests/golden/hf, made by scripts/make_hf_goldens.py);
+//   - two half-shards (world size 2) summed through the in-process communicator against the
+//     unsharded runner.
+#include "worker/runner/transformer.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "common/paths.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "worker/model/weight_source.h"
+#include "worker/tp/communicator.h"
+
+namespace tinyserve {
+namespace {
+
+std::string TestModels() {
+  const char* v = std::getenv("TINYSERVE_TEST_MODELS");
+  return v ? v : "";
+}
+
+// Runs all tokens of one sequence through a fresh cache; returns [n][vocab] logits.
+std::vector<float> RunAll(TransformerRunner& r, const std::vector<int32_t>& ids, int chunk = 0) {
+  const int ps = 16;
+  const int64_t n_pages = (static_cast<int64_t>(ids.size()) + ps - 1) / ps;
+  PagedKvCache kv(r.MakeKvConfig(ps, n_pages));
+  std::vector<int32_t> pages;
+  for (int64_t p = 0; p < n_pages; ++p) {
+    pages.push_back(static_cast<int32_t>(p));
+    kv.ResetPage(static_cast<int32_t>(p));
+  }
+  std::vector<float> all, logits;
+  const int step = chunk > 0 ? chunk : static_cast<int>(ids.size());
+  for (size_t start = 0; start < ids.size(); start += step) {
+    SeqInput in;
+    in.tokens = &ids[start];
+    in.n = static_cast<int>(std::min<size_t>(step, ids.size() - start));
+    in.start_pos = static_cast<int64_t>(start);
+    in.pages = &pages;
+    in.all_logits = true;
+    auto s = r.Forward({in}, &kv, &logits);
+    EXPECT_TRUE(s.ok()) << s;
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+TEST(TransformerRunner, MatchesTransformersOnRandomHfModels) {
+  if (TestModels().empty()) GTEST_SKIP() << "TINYSERVE_TEST_MODELS is not set (CTest fixture)";
+  std::ifstream mf("tests/golden/hf/manifest.json");
+  ASSERT_TRUE(mf.good());
+  const nlohmann::json manifest = nlohmann::json::parse(mf);
+  for (const auto& [name, info] : manifest["models"].items()) {
+    auto src = OpenWeightSource(TestModels() + "/" + name);
+    ASSERT_TRUE(src.ok()) << name << ": " << src.status();
+    RunnerOptions ro;
+    auto runner = TransformerRunner::Create(**src, ro);
+    ASSERT_TRUE(runner.ok()) << name << ": " << runner.status();
+    std::ifstream lf("tests/golden/hf/" + info["logits_file"].get<std::string>(), std::ios::binary);
+    ASSERT_TRUE(lf.good()) << name;
+    const int vocab = info["vocab_size"];
+    for (const auto& seq : manifest["sequences"]) {
+      std::vector<int32_t> ids = seq.get<std::vector<int32_t>>();
+      std::vector<float> want(ids.size() * vocab);
+      lf.read(reinterpret_cast<char*>(want.data()), want.size() * sizeof(float));
+      for (int chunk : {0, 5}) {  // one prefill, and chunked prefill over pages
+        const std::vector<float> got = RunAll(**runner, ids, chunk);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t t = 0; t < ids.size(); ++t) {
+          float scale = 0, err = 0;
+          for (int v = 0; v < vocab; ++v) {
+            scale = std::max(scale, std::fabs(want[t * vocab + v]));
+            err = std::max(err, std::fabs(got[t * vocab + v] - want[t * vocab + v]));
+          }
+          // 1e-3 relative to the row's largest logit (K/V are stored in fp16).
+          EXPECT_LE(err, 1e-3f * scale) << name << " position " << t << " chunk " << chunk;
+        }
+      }
+    }
+  }
+}
+
+// Runs world_size ranks as threads and returns rank 0's logits (all ranks agree).
+std::vector<float> RunSharded(const WeightSource& src, int world, const std::vector<int32_t>& ids) {
+  auto comms = MakeInProcessGroup(world);
+  std::vector<std::vector<float>> out(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      RunnerOptions ro;
+      ro.rank = r;
+      ro.world_size = world;
+      ro.comm = comms[r].get();
+      auto runner = TransformerRunner::Create(src, ro);
+      ASSERT_TRUE(runner.ok()) << runner.status();
+      out[r] = RunAll(**runner, ids);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 1; r < world; ++r) EXPECT_EQ(out[r], out[0]) << "rank " << r;
+  return out[0];
+}
+
+void ExpectShardsSumToWhole(const std::string& path, const std::vector<int32_t>& ids) {
+  auto src = OpenWeightSource(path);
+  ASSERT_TRUE(src.ok()) << src.status();
+  RunnerOptions ro;
+  auto whole = TransformerRunner::Create(**src, ro);
+  ASSERT_TRUE(whole.ok());
+  const std::vector<float> want = RunAll(**whole, ids);
+  const std::vector<float> got = RunSharded(**src, 2, ids);
+  ASSERT_EQ(got.size(), want.size());
+  float scale = 0, err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(want[i]));
+    err = std::max(err, std::fabs(got[i] - want[i]));
+  }
+  EXPECT_LE(err, 1e-4f * scale) << path;
+}
+
+TEST(TransformerRunner, TwoHalfShardsSumToTheUnshardedResult) {
+  ExpectShardsSumToWhole(Stories260kPath(), {1, 403, 407, 261, 378, 432, 383, 286, 261, 376});
+  if (!TestModels().empty()) {
+    ExpectShardsSumToWhole(TestModels() + "/llama-tiny", {5, 9, 200, 17, 33, 1});
+    ExpectShardsSumToWhole(TestModels() + "/gpt2-tiny", {5, 9, 200, 17, 33, 1});
+  }
+}
+
+TEST(TransformerRunner, RejectsBadShardingAndTokens) {
+  auto src = OpenWeightSource(Stories260kPath());
+  ASSERT_TRUE(src.ok());
+  RunnerOptions ro;
+  ro.world_size = 3;  // 8 heads are not divisible by 3
+  ro.comm = nullptr;
+  EXPECT_FALSE(TransformerRunner::Create(**src, ro).ok());
+  RunnerOptions one;
+  auto r = TransformerRunner::Create(**src, one);
+  ASSERT_TRUE(r.ok());
+  PagedKvCache kv((*r)->MakeKvConfig(16, 1));
+  std::vector<int32_t> pages = {0};
+  std::vector<int32_t> ids = {1, 9999};
+  SeqInput in;
+  in.tokens = ids.data();
+  in.n = 2;
+  in.pages = &pages;
+  std::vector<float> logits;
+  auto s = (*r)->Forward({in}, &kv, &logits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("9999"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tinyserve

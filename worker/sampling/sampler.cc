@@ -1,0 +1,105 @@
+#include "worker/sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_set>
+
+namespace tinyserve {
+
+int32_t Argmax(const float* x, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed) {}
+
+SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t>& history) {
+  SampleResult r;
+  if (p_.repetition_penalty != 1.0f) {
+    // CTRL-style penalty as llama.cpp and transformers apply it: divide positive logits,
+    // multiply negative ones, once per distinct token seen.
+    std::unordered_set<int32_t> seen(history.begin(), history.end());
+    for (int32_t id : seen) {
+      if (id < 0 || id >= vocab) continue;
+      float& v = logits[id];
+      v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
+    }
+  }
+  // Log-probabilities of the (penalised) model distribution, for reporting.
+  float lse = 0;
+  if (p_.logprobs >= 0) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
+    double s = 0;
+    for (int i = 0; i < vocab; ++i) s += std::exp(static_cast<double>(logits[i] - mx));
+    lse = mx + static_cast<float>(std::log(s));
+  }
+  if (p_.temperature == 0.0f) {
+    r.id = Argmax(logits, vocab);
+  } else {
+    // Candidates sorted by logit; filters cut the tail.
+    cand_.clear();
+    for (int i = 0; i < vocab; ++i) cand_.push_back({logits[i], i});
+    size_t keep = cand_.size();
+    if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < keep) {
+      keep = p_.top_k;
+      std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(),
+                        [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    } else {
+      std::sort(cand_.begin(), cand_.end(),
+                [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    }
+    cand_.resize(keep);
+    const float inv_t = 1.0f / p_.temperature;
+    const float mx = cand_[0].first;
+    std::vector<double> prob(keep);
+    double sum = 0;
+    for (size_t i = 0; i < keep; ++i) sum += (prob[i] = std::exp((cand_[i].first - mx) * inv_t));
+    for (auto& x : prob) x /= sum;
+    if (p_.min_p > 0) {
+      const double floor = p_.min_p * prob[0];
+      size_t n = 1;
+      while (n < keep && prob[n] >= floor) ++n;
+      keep = n;
+    }
+    if (p_.top_p < 1.0f) {
+      double acc = 0;
+      size_t n = 0;
+      while (n < keep) {
+        acc += prob[n++];
+        if (acc >= p_.top_p) break;
+      }
+      keep = std::max<size_t>(1, n);
+    }
+    double total = 0;
+    for (size_t i = 0; i < keep; ++i) total += prob[i];
+    std::uniform_real_distribution<double> u(0.0, total);
+    double x = u(rng_), acc = 0;
+    r.id = cand_[keep - 1].second;
+    for (size_t i = 0; i < keep; ++i) {
+      acc += prob[i];
+      if (x < acc) {
+        r.id = cand_[i].second;
+        break;
+      }
+    }
+  }
+  if (p_.logprobs >= 0) {
+    r.logprob = logits[r.id] - lse;
+    if (p_.logprobs > 0) {
+      std::vector<std::pair<float, int32_t>> top;
+      top.reserve(vocab);
+      for (int i = 0; i < vocab; ++i) top.push_back({logits[i], i});
+      const size_t n = std::min<size_t>(p_.logprobs, top.size());
+      std::partial_sort(top.begin(), top.begin() + n, top.end(),
+                        [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      for (size_t i = 0; i < n; ++i) r.top.push_back({top[i].second, top[i].first - lse});
+    }
+  }
+  return r;
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,39 @@
+// File: worker/sampling/sampler.h
+// Turns one row of logits into the next token: repetition penalty, temperature, top-k, top-p
+// and min-p filtering, then greedy argmax (temperature 0) or a draw from a per-request RNG
+// (same seed, same output). Also the log-probabilities of the chosen and top-n tokens, taken
+// from the model's distribution before filtering (as vLLM reports them).
+//
+// Thread safety: a Sampler is per request; not shared.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "worker/sampling/sampling_params.h"
+
+namespace tinyserve {
+
+struct SampleResult {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), best first, when logprobs > 0
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // logits [vocab] is modified (penalties, scaling). history: prompt + generated ids so far.
+  SampleResult Sample(float* logits, int vocab, const std::vector<int32_t>& history);
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;
+};
+
+// Index of the largest value (first on ties).
+int32_t Argmax(const float* x, int n);
+
+}  // namespace tinyserve

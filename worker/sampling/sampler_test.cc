@@ -1,0 +1,149 @@
+#include "worker/sampling/sampler.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace tinyserve {
+namespace {
+
+std::vector<float> RandomLogits(int n, int seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, 3);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+std::vector<int32_t> Draw(SamplingParams p, int steps) {
+  Sampler s(p);
+  std::vector<int32_t> out;
+  for (int i = 0; i < steps; ++i) {
+    auto l = RandomLogits(100, i);
+    out.push_back(s.Sample(l.data(), 100, out).id);
+  }
+  return out;
+}
+
+TEST(Sampler, GreedyIsArgmax) {
+  auto l = RandomLogits(1000, 1);
+  const int32_t want = Argmax(l.data(), 1000);
+  SamplingParams p;
+  Sampler s(p);
+  EXPECT_EQ(s.Sample(l.data(), 1000, {}).id, want);
+}
+
+TEST(Sampler, SameSeedSameOutputDifferentSeedDiffers) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  EXPECT_EQ(Draw(p, 50), Draw(p, 50));
+  SamplingParams q = p;
+  q.seed = 43;
+  EXPECT_NE(Draw(p, 50), Draw(q, 50));
+}
+
+TEST(Sampler, FiltersCollapseToArgmax) {
+  auto base = RandomLogits(500, 9);
+  const int32_t want = Argmax(base.data(), 500);
+  for (int mode = 0; mode < 3; ++mode) {
+    SamplingParams p;
+    p.temperature = 1.5f;
+    if (mode == 0) p.top_k = 1;
+    if (mode == 1) p.top_p = 1e-6f;
+    if (mode == 2) p.min_p = 1.0f;
+    Sampler s(p);
+    for (int i = 0; i < 20; ++i) {
+      auto l = base;
+      EXPECT_EQ(s.Sample(l.data(), 500, {}).id, want) << "mode " << mode;
+    }
+  }
+}
+
+TEST(Sampler, TopKOnlyDrawsFromTopK) {
+  auto base = RandomLogits(200, 4);
+  std::vector<int> order(200);
+  for (int i = 0; i < 200; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return base[a] > base[b]; });
+  SamplingParams p;
+  p.temperature = 5.0f;
+  p.top_k = 3;
+  Sampler s(p);
+  for (int i = 0; i < 200; ++i) {
+    auto l = base;
+    int32_t id = s.Sample(l.data(), 200, {}).id;
+    EXPECT_TRUE(id == order[0] || id == order[1] || id == order[2]);
+  }
+}
+
+TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
+  std::vector<float> l = {5.0f, 4.9f, 1.0f};
+  SamplingParams p;
+  p.repetition_penalty = 1.5f;
+  Sampler s(p);
+  EXPECT_EQ(s.Sample(l.data(), 3, {0}).id, 1);
+}
+
+TEST(Sampler, LogprobsOfChosenAndTop) {
+  std::vector<float> l = {1.0f, 2.0f, 3.0f};
+  SamplingParams p;
+  p.logprobs = 2;
+  Sampler s(p);
+  auto r = s.Sample(l.data(), 3, {});
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  EXPECT_EQ(r.id, 2);
+  EXPECT_NEAR(r.logprob, 3.0 - lse, 1e-5);
+  ASSERT_EQ(r.top.size(), 2u);
+  EXPECT_EQ(r.top[0].first, 2);
+  EXPECT_EQ(r.top[1].first, 1);
+  EXPECT_NEAR(r.top[1].second, 2.0 - lse, 1e-5);
+}
+
+TEST(SamplingParams, ValidationNamesTheField) {
+  struct Bad {
+    const char* field;
+    SamplingParams p;
+  };
+  std::vector<Bad> cases;
+  SamplingParams p;
+  p.temperature = -1;
+  cases.push_back({"temperature", p});
+  p = {};
+  p.top_p = 0;
+  cases.push_back({"top_p", p});
+  p = {};
+  p.top_k = -2;
+  cases.push_back({"top_k", p});
+  p = {};
+  p.min_p = 2;
+  cases.push_back({"min_p", p});
+  p = {};
+  p.repetition_penalty = 0;
+  cases.push_back({"repetition_penalty", p});
+  p = {};
+  p.max_tokens = 0;
+  cases.push_back({"max_tokens", p});
+  p = {};
+  p.max_tokens = 100000;
+  cases.push_back({"max_tokens", p});
+  p = {};
+  p.stop_token_ids = {999};
+  cases.push_back({"stop_token_ids", p});
+  p = {};
+  p.logprobs = 50;
+  cases.push_back({"logprobs", p});
+  p = {};
+  p.temperature = NAN;
+  cases.push_back({"temperature", p});
+  for (const auto& c : cases) {
+    auto s = ValidateSamplingParams(c.p, 100, 2048);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(s.message().find(c.field), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(ValidateSamplingParams(SamplingParams(), 100, 2048).ok());
+}
+
+}  // namespace
+}  // namespace tinyserve

@@ -1,0 +1,38 @@
+#include "worker/sampling/sampling_params.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace tinyserve {
+
+absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, int max_context) {
+  auto bad = [](const std::string& msg) { return absl::InvalidArgumentError(msg); };
+  if (!std::isfinite(p.temperature) || p.temperature < 0 || p.temperature > 100)
+    return bad(absl::StrCat("temperature must be in [0, 100], got ", p.temperature));
+  if (p.top_k < 0) return bad(absl::StrCat("top_k must be >= 0, got ", p.top_k));
+  if (!std::isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1)
+    return bad(absl::StrCat("top_p must be in (0, 1], got ", p.top_p));
+  if (!std::isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1)
+    return bad(absl::StrCat("min_p must be in [0, 1], got ", p.min_p));
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0 ||
+      p.repetition_penalty > 10)
+    return bad(absl::StrCat("repetition_penalty must be in (0, 10], got ", p.repetition_penalty));
+  if (p.max_tokens <= 0) return bad(absl::StrCat("max_tokens must be > 0, got ", p.max_tokens));
+  if (max_context > 0 && p.max_tokens > max_context)
+    return bad(absl::StrCat("max_tokens ", p.max_tokens, " exceeds the context length ",
+                            max_context));
+  if (p.logprobs < -1 || p.logprobs > 20)
+    return bad(absl::StrCat("logprobs must be in [-1, 20], got ", p.logprobs));
+  if (p.stop.size() > 16) return bad(absl::StrCat("stop: at most 16 strings, got ", p.stop.size()));
+  for (const auto& s : p.stop) {
+    if (s.empty()) return bad("stop: empty stop string");
+    if (s.size() > 256) return bad("stop: a stop string is longer than 256 bytes");
+  }
+  for (int32_t id : p.stop_token_ids)
+    if (id < 0 || id >= vocab_size)
+      return bad(absl::StrCat("stop_token_ids: id ", id, " is out of range [0, ", vocab_size, ")"));
+  return absl::OkStatus();
+}
+
+}  // namespace tinyserve

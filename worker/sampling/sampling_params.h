@@ -1,0 +1,32 @@
+// File: worker/sampling/sampling_params.h
+// Per-request sampling and stopping parameters, with validation that names the bad field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace tinyserve {
+
+struct SamplingParams {
+  float temperature = 0.0f;        // 0 = greedy
+  int top_k = 0;                   // 0 = off
+  float top_p = 1.0f;              // 1 = off
+  float min_p = 0.0f;              // 0 = off
+  float repetition_penalty = 1.0f; // 1 = off (llama.cpp/CTRL style, over prompt + output)
+  uint64_t seed = 0;               // same seed, same output
+  bool has_seed = false;           // false: seeded from the request id / a counter
+  int max_tokens = 128;
+  std::vector<std::string> stop;   // stop strings (not included in the output)
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int logprobs = -1;               // -1 = none; 0 = the chosen token's; n = also top n (<= 20)
+};
+
+// InvalidArgument naming the field ("temperature must be in [0, 100], got -1").
+// vocab_size bounds stop_token_ids; max_context bounds max_tokens (0 = unchecked).
+absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, int max_context);
+
+}  // namespace tinyserve

@@ -1,0 +1,165 @@
+#include "worker/select/selector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/timer.h"
+#include "kernels/cpu/attention.h"
+#include "worker/kv/paged_kv_cache.h"
+
+namespace tinyserve {
+
+Policy::Policy(const SelectionSpec& spec, const PolicyContext& ctx)
+    : spec_(spec), ctx_(ctx), page_budget_(std::max(1, spec.budget / ctx.page_size)) {
+  prev_.resize(static_cast<size_t>(ctx.n_layers) * ctx.n_kv_heads);
+}
+
+bool Policy::Active(int layer) const { return layer >= spec_.dense_layers; }
+
+bool Policy::NeedsScores(int layer) const { return Active(layer) && WantsScores(layer); }
+
+void Policy::OnScores(const ScoresArgs& args) { Scores(args); }
+
+void Policy::BeginStep(int64_t n_tokens) {
+  n_tokens_ = n_tokens;
+  oracle_step_ = spec_.oracle_every > 0 && step_index_ % spec_.oracle_every == 0;
+  step_ = StepStats();
+  // Dense layers read everything: count them on both sides so ratios cover the whole model.
+  int dense = 0;
+  for (int l = 0; l < ctx_.n_layers; ++l) dense += Active(l) ? 0 : 1;
+  const int64_t bytes = static_cast<int64_t>(dense) * ctx_.n_kv_heads * n_tokens *
+                        ctx_.kv_bytes_per_token_head_layer;
+  step_.kv_bytes_read += bytes;
+  step_.kv_bytes_dense += bytes;
+}
+
+void Policy::EndStep() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.Add(step_);
+  ++step_index_;
+}
+
+int Policy::AddForced(int64_t n_pages, std::vector<int32_t>* chosen) const {
+  chosen->clear();
+  const int64_t last = n_pages - 1;
+  chosen->push_back(static_cast<int32_t>(last));
+  for (int64_t p = 0; p < std::min<int64_t>(spec_.sink_pages, last); ++p)
+    chosen->push_back(static_cast<int32_t>(p));
+  for (int64_t p = std::max<int64_t>(spec_.sink_pages, last - spec_.recent_pages); p < last; ++p)
+    chosen->push_back(static_cast<int32_t>(p));
+  std::sort(chosen->begin(), chosen->end());
+  chosen->erase(std::unique(chosen->begin(), chosen->end()), chosen->end());
+  return std::max(0, page_budget_ - static_cast<int>(chosen->size()));
+}
+
+void Policy::FillTopK(const std::vector<float>& score, int64_t n_pages,
+                      std::vector<int32_t>* chosen, int pages) const {
+  const int slots = (pages < 0 ? page_budget_ : pages) - static_cast<int>(chosen->size());
+  if (slots > 0) {
+    std::vector<bool> taken(n_pages, false);
+    for (int32_t p : *chosen) taken[p] = true;
+    std::vector<int32_t> cand;
+    cand.reserve(n_pages);
+    for (int32_t p = 0; p < n_pages; ++p)
+      if (!taken[p]) cand.push_back(p);
+    auto better = [&](int32_t a, int32_t b) {
+      return score[a] > score[b] || (score[a] == score[b] && a < b);
+    };
+    if (static_cast<int>(cand.size()) > slots) {
+      std::nth_element(cand.begin(), cand.begin() + slots, cand.end(), better);
+      cand.resize(slots);
+    }
+    chosen->insert(chosen->end(), cand.begin(), cand.end());
+  }
+  std::sort(chosen->begin(), chosen->end());
+}
+
+void Policy::Select(const SelectArgs& a, std::vector<int32_t>* chosen) {
+  Stopwatch sw;
+  const int64_t n_pages = (a.n_tokens + a.page_size - 1) / a.page_size;
+  const int64_t tok_bytes = ctx_.kv_bytes_per_token_head_layer;
+  StepStats local;
+  if (n_pages <= page_budget_) {
+    // The context fits the budget: dense, and bit-identical to dense.
+    chosen->clear();
+    for (int32_t p = 0; p < n_pages; ++p) chosen->push_back(p);
+  } else {
+    local.pages_scored = Choose(a, n_pages, chosen);
+  }
+  int64_t tokens = 0;
+  for (int32_t p : *chosen)
+    tokens += std::min<int64_t>(a.page_size, a.n_tokens - static_cast<int64_t>(p) * a.page_size);
+  local.pages_selected = static_cast<int64_t>(chosen->size());
+  local.pages_total = n_pages;
+  local.kv_bytes_dense = a.n_tokens * tok_bytes;
+  local.kv_bytes_read = tokens * tok_bytes;
+  if (reads_metadata())
+    local.kv_bytes_read += local.pages_scored * 2LL * a.head_dim * sizeof(float);
+  // Reuse against the previous step of this (layer, head).
+  std::vector<int32_t>& prev = prev_[static_cast<size_t>(a.layer) * ctx_.n_kv_heads + a.kv_head];
+  if (!prev.empty()) {
+    std::vector<int32_t> inter;
+    std::set_intersection(chosen->begin(), chosen->end(), prev.begin(), prev.end(),
+                          std::back_inserter(inter));
+    local.reuse_hits = static_cast<int64_t>(inter.size());
+    local.reuse_total = static_cast<int64_t>(chosen->size());
+  }
+  prev = *chosen;
+  local.select_seconds = sw.Seconds();
+  if (oracle_step_ && n_pages > page_budget_) OracleCompare(a, n_pages, *chosen);
+  std::lock_guard<std::mutex> lock(mu_);
+  step_.pages_scored += local.pages_scored;
+  step_.pages_selected += local.pages_selected;
+  step_.pages_total += local.pages_total;
+  step_.kv_bytes_read += local.kv_bytes_read;
+  step_.kv_bytes_dense += local.kv_bytes_dense;
+  step_.select_seconds += local.select_seconds;
+  step_.reuse_hits += local.reuse_hits;
+  step_.reuse_total += local.reuse_total;
+}
+
+// Dense attention mass of each page for the query group (mean over the group's heads).
+std::vector<float> PageAttentionMass(const SelectArgs& a, int64_t n_pages) {
+  std::vector<KvSpan> spans;
+  for (int64_t p = 0; p < n_pages; ++p) {
+    const int32_t page = (*a.pages)[p];
+    const int n = static_cast<int>(std::min<int64_t>(a.page_size, a.n_tokens - p * a.page_size));
+    spans.push_back({a.kv->K(a.layer, page, a.kv_head), a.kv->V(a.layer, page, a.kv_head), n});
+  }
+  std::vector<float> scores(static_cast<size_t>(a.group) * a.n_tokens), lse(a.group),
+      out(static_cast<size_t>(a.group) * a.head_dim);
+  AttendOptions opt;
+  opt.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  opt.scores_out = scores.data();
+  opt.lse_out = lse.data();
+  AttendSpans(a.q, a.group, a.head_dim, spans.data(), static_cast<int>(spans.size()), opt,
+              out.data());
+  std::vector<float> mass(n_pages, 0.0f);
+  for (int g = 0; g < a.group; ++g)
+    for (int64_t t = 0; t < a.n_tokens; ++t)
+      mass[t / a.page_size] += std::exp(scores[g * a.n_tokens + t] - lse[g]) / a.group;
+  return mass;
+}
+
+void Policy::OracleCompare(const SelectArgs& a, int64_t n_pages,
+                           const std::vector<int32_t>& chosen) {
+  const std::vector<float> mass = PageAttentionMass(a, n_pages);
+  // The oracle obeys the same rules (forced pages, same number of pages) and takes the pages of
+  // largest true attention mass for the rest.
+  std::vector<int32_t> order;
+  AddForced(n_pages, &order);
+  FillTopK(mass, n_pages, &order, static_cast<int>(chosen.size()));
+  const size_t k = order.size();
+  std::vector<int32_t> inter;
+  std::set_intersection(chosen.begin(), chosen.end(), order.begin(), order.end(),
+                        std::back_inserter(inter));
+  double recall = 0;
+  for (int32_t p : chosen) recall += mass[p];
+  std::lock_guard<std::mutex> lock(mu_);
+  step_.oracle_samples += 1;
+  step_.hit_rate_sum += k ? static_cast<double>(inter.size()) / k : 1.0;
+  step_.mass_recall_sum += recall;
+}
+
+}  // namespace tinyserve

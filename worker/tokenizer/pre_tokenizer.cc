@@ -1,0 +1,132 @@
+// File: worker/tokenizer/pre_tokenizer.cc
+#include "worker/tokenizer/pre_tokenizer.h"
+
+#include <cstdint>
+
+#include "worker/tokenizer/unicode.h"
+
+namespace tinyserve {
+namespace {
+
+// Per-code-point class bits. kInRange marks a position inside the current range, so that a
+// zero means "past the end" as llama.cpp's OUT_OF_RANGE does.
+enum : uint8_t { kLetter = 1, kNumber = 2, kSpace = 4, kInRange = 8 };
+
+uint8_t ClassOf(uint32_t cp) {
+  uint8_t f = kInRange;
+  if (IsLetter(cp))
+    f |= kLetter;
+  else if (IsNumber(cp))
+    f |= kNumber;
+  else if (IsWhitespace(cp))
+    f |= kSpace;
+  return f;
+}
+
+bool IsOther(uint8_t f) { return f != 0 && (f & (kLetter | kNumber | kSpace)) == 0; }
+
+// Splits code points [ini, end) by the GPT-2 regex; appends piece lengths in code points.
+void SplitGpt2(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& cls, size_t ini,
+               size_t end, std::vector<size_t>* lengths) {
+  auto cpt = [&](size_t pos) -> uint32_t { return pos < end ? cps[pos] : 0xFFFFFFFFu; };
+  auto flags = [&](size_t pos) -> uint8_t { return pos < end ? cls[pos] : 0; };
+  size_t prev_end = ini;
+  auto add = [&](size_t stop) {
+    if (stop > prev_end) lengths->push_back(stop - prev_end);
+    prev_end = stop;
+  };
+
+  for (size_t pos = ini; pos < end;) {
+    const uint32_t c = cps[pos];
+    // 's|'t|'re|'ve|'m|'ll|'d
+    if (c == '\'' && pos + 1 < end) {
+      const uint32_t n1 = cpt(pos + 1);
+      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') {
+        pos += 2;
+        add(pos);
+        continue;
+      }
+      if (pos + 2 < end) {
+        const uint32_t n2 = cpt(pos + 2);
+        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
+          pos += 3;
+          add(pos);
+          continue;
+        }
+      }
+    }
+    uint8_t f2 = (c == ' ') ? flags(pos + 1) : cls[pos];
+    // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+'
+    if (f2 & kLetter) {
+      pos += (c == ' ');
+      while (flags(pos) & kLetter) ++pos;
+      add(pos);
+      continue;
+    }
+    if (f2 & kNumber) {
+      pos += (c == ' ');
+      while (flags(pos) & kNumber) ++pos;
+      add(pos);
+      continue;
+    }
+    if (IsOther(f2)) {
+      pos += (c == ' ');
+      while (IsOther(flags(pos))) ++pos;
+      add(pos);
+      continue;
+    }
+    size_t spaces = 0;
+    while (flags(pos + spaces) & kSpace) ++spaces;
+    // '\s+(?!\S)': leave the last space to the word that follows.
+    if (spaces > 1 && pos + spaces < end) {
+      pos += spaces - 1;
+      add(pos);
+      continue;
+    }
+    // '\s+'
+    if (spaces > 0) {
+      pos += spaces;
+      add(pos);
+      continue;
+    }
+    add(++pos);  // no match
+  }
+}
+
+}  // namespace
+
+std::vector<std::string_view> PreTokenize(std::string_view text, PreTokenizerKind kind) {
+  std::vector<size_t> byte_offsets;
+  const std::vector<uint32_t> cps = DecodeUtf8All(text, &byte_offsets);
+  std::vector<uint8_t> cls(cps.size());
+  for (size_t i = 0; i < cps.size(); ++i) cls[i] = ClassOf(cps[i]);
+
+  std::vector<size_t> lengths;  // in code points
+  lengths.reserve(cps.size() / 3 + 1);
+  if (kind == PreTokenizerKind::kSmollm) {
+    size_t start = 0;
+    for (size_t i = 0; i < cps.size(); ++i) {
+      if (cls[i] & kNumber) {
+        if (i > start) SplitGpt2(cps, cls, start, i, &lengths);
+        lengths.push_back(1);
+        start = i + 1;
+      }
+    }
+    if (start < cps.size()) SplitGpt2(cps, cls, start, cps.size(), &lengths);
+  } else {
+    SplitGpt2(cps, cls, 0, cps.size(), &lengths);
+  }
+
+  std::vector<std::string_view> pieces;
+  pieces.reserve(lengths.size());
+  size_t cp_pos = 0;
+  for (size_t len : lengths) {
+    const size_t b0 = byte_offsets[cp_pos];
+    const size_t b1 = byte_offsets[cp_pos + len];
+    pieces.push_back(text.substr(b0, b1 - b0));
+    cp_pos += len;
+  }
+  return pieces;
+}
+
+}  // namespace tinyserve
