@@ -21,6 +21,8 @@ bool DetectSimd() {
 #if defined(__x86_64__)
   const char* isa = std::getenv("TINYSERVE_CPU_ISA");
   if (isa != nullptr && std::strcmp(isa, "scalar") == 0) return false;
+  const char* attn = std::getenv("TINYSERVE_ATTENTION_ISA");
+  if (attn != nullptr && std::strcmp(attn, "scalar") == 0) return false;
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
          __builtin_cpu_supports("f16c");

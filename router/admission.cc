@@ -1,0 +1,54 @@
+#include "router/admission.h"
+
+#include <algorithm>
+
+namespace tinyserve {
+
+Admission::Result Admission::Acquire(const void* token, std::function<void()> on_admit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (inflight_ < max_inflight_ && queue_.empty()) {
+    ++inflight_;
+    return Result::kAdmitted;
+  }
+  if (static_cast<int>(queue_.size()) >= max_queue_) return Result::kRejected;
+  queue_.push_back({token, std::move(on_admit)});
+  waiting_gauge_->Set(static_cast<double>(queue_.size()));
+  return Result::kQueued;
+}
+
+bool Admission::Cancel(const void* token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find_if(queue_.begin(), queue_.end(),
+                         [&](const Waiter& w) { return w.token == token; });
+  if (it == queue_.end()) return false;
+  queue_.erase(it);
+  waiting_gauge_->Set(static_cast<double>(queue_.size()));
+  return true;
+}
+
+void Admission::Release() {
+  std::function<void()> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) {
+      --inflight_;
+      return;
+    }
+    next = std::move(queue_.front().on_admit);  // the slot passes to the waiter
+    queue_.pop_front();
+    waiting_gauge_->Set(static_cast<double>(queue_.size()));
+  }
+  next();
+}
+
+int Admission::inflight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return inflight_;
+}
+
+int Admission::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(queue_.size());
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,47 @@
+// File: router/admission.h
+// The router's bound on work: at most max_inflight requests proxied at once, and at most
+// max_queue more waiting (FIFO) for a slot; beyond that, RESOURCE_EXHAUSTED. A waiting request
+// whose client goes away leaves the queue (Cancel).
+//
+// Threading: thread-safe. Admission callbacks run on the thread that released the slot,
+// without the mutex held.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <mutex>
+
+#include "prometheus/gauge.h"
+
+namespace tinyserve {
+
+class Admission {
+ public:
+  Admission(int max_inflight, int max_queue, prometheus::Gauge* waiting_gauge)
+      : max_inflight_(max_inflight), max_queue_(max_queue), waiting_gauge_(waiting_gauge) {}
+
+  enum class Result { kAdmitted, kQueued, kRejected };
+  // Takes a slot now (kAdmitted), or queues `on_admit` to run when one frees (kQueued), or
+  // neither (kRejected). `token` identifies the waiter for Cancel.
+  Result Acquire(const void* token, std::function<void()> on_admit);
+  // Removes a queued waiter; false if it was not queued (already admitted or unknown).
+  bool Cancel(const void* token);
+  // Frees a slot (hands it to the first waiter, if any).
+  void Release();
+
+  int inflight() const;
+  int waiting() const;
+
+ private:
+  struct Waiter {
+    const void* token;
+    std::function<void()> on_admit;
+  };
+  const int max_inflight_, max_queue_;
+  prometheus::Gauge* waiting_gauge_;
+  mutable std::mutex mu_;
+  int inflight_ = 0;            // GUARDED_BY(mu_)
+  std::deque<Waiter> queue_;    // GUARDED_BY(mu_)
+};
+
+}  // namespace tinyserve

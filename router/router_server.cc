@@ -1,0 +1,127 @@
+#include "router/router_server.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/timer.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "worker/server/signals.h"
+
+#ifndef TINYSERVE_VERSION
+#define TINYSERVE_VERSION "dev"
+#endif
+
+namespace tinyserve {
+
+RouterServer::RouterServer(const RouterServerOptions& options) : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
+    const RouterServerOptions& options) {
+  if (options.registry.static_workers.empty() && options.registry.dns.empty()) {
+    return absl::InvalidArgumentError("workers: give --workers host:port,... or --workers-dns");
+  }
+  std::unique_ptr<RouterServer> r(new RouterServer(options));
+  r->metrics_ = std::make_unique<RouterMetrics>(TINYSERVE_VERSION,
+                                                RoutingPolicyName(options.routing.kind));
+  r->registry_ = std::make_unique<WorkerRegistry>(options.registry, r->metrics_.get());
+  r->policy_ = std::make_unique<RoutingPolicy>(options.routing);
+  r->admission_ = std::make_unique<Admission>(options.max_inflight, options.max_queue,
+                                              &r->metrics_->waiting());
+  r->core_.metrics = r->metrics_.get();
+  r->core_.registry = r->registry_.get();
+  r->core_.policy = r->policy_.get();
+  r->core_.admission = r->admission_.get();
+  r->core_.max_attempts = options.max_attempts;
+  r->core_.version = TINYSERVE_VERSION;
+  r->core_.start_time = NowSeconds();
+  r->service_ = std::make_unique<RouterService>(&r->core_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options.host, ":", options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &r->port_);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.RegisterService(r->service_.get());
+  r->server_ = builder.BuildAndStart();
+  if (r->server_ == nullptr || r->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  grpc::HealthCheckServiceInterface* health = r->server_->GetHealthCheckService();
+  health->SetServingStatus("liveness", true);
+  r->SetReady(false);
+
+  if (options.metrics_port > 0) {
+    const std::string metrics_address = absl::StrCat(options.host, ":", options.metrics_port);
+    try {
+      r->exposer_ = std::make_unique<prometheus::Exposer>(metrics_address);
+    } catch (const std::exception& ex) {
+      r->server_->Shutdown();
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on ", metrics_address, ": ", ex.what()));
+    }
+    r->exposer_->RegisterCollectable(r->metrics_->registry());
+  }
+
+  RouterServer* self = r.get();
+  r->registry_->SetOnHealthChange([self](int healthy) {
+    self->SetReady(healthy > 0 && !self->core_.draining.load());
+  });
+  r->registry_->Start();
+  TS_LOG(INFO) << "router serving gRPC on " << options.host << ":" << r->port_ << ", policy "
+               << RoutingPolicyName(options.routing.kind)
+               << (options.metrics_port > 0
+                       ? absl::StrCat(", metrics on :", options.metrics_port, "/metrics")
+                       : std::string());
+  return r;
+}
+
+RouterServer::~RouterServer() { Drain(); }
+
+void RouterServer::SetReady(bool ready) {
+  if (server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus("readiness", ready);
+  health->SetServingStatus("", ready);
+}
+
+void RouterServer::Drain() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (drained_) return;
+    drained_ = true;
+  }
+  if (server_ == nullptr) return;
+  core_.draining.store(true);
+  SetReady(false);
+  const double deadline = NowSeconds() + options_.drain_timeout_seconds;
+  while ((admission_->inflight() > 0 || admission_->waiting() > 0) && NowSeconds() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Cancels what is still running (each call cancels its upstream and then finishes).
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  registry_->Stop();
+  exposer_.reset();
+}
+
+int RouterServer::ServeUntilSignal() {
+  for (;;) {
+    const int sig = WaitForTerminationSignal(1.0);
+    if (sig == 0) continue;
+    TS_LOG(INFO) << "signal " << sig << ": draining (grace " << options_.drain_timeout_seconds
+                 << " s)";
+    break;
+  }
+  std::thread([] {
+    if (WaitForTerminationSignal(1e9) != 0) std::_Exit(1);
+  }).detach();
+  Drain();
+  TS_LOG(INFO) << "drained; exiting";
+  return 0;
+}
+
+}  // namespace tinyserve

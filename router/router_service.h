@@ -1,0 +1,43 @@
+// File: router/router_service.h
+// The public TinyServe API as the router serves it: Generate is proxied (proxy_call.h);
+// Tokenize, Detokenize and GetModelInfo are forwarded to a healthy worker (all workers serve
+// the same model); Abort goes to every healthy worker (the router does not track which
+// worker holds which id; unknown ids are ignored there); GetServerInfo is answered here.
+//
+// Threading: handlers run on gRPC callback threads and never block (forwards use the async
+// client API and finish from its callback).
+#pragma once
+
+#include "router/router_core.h"
+#include "tinyserve/v1/tinyserve.grpc.pb.h"
+
+namespace tinyserve {
+
+class RouterService final : public tinyserve::v1::TinyServe::WithRawCallbackMethod_Generate<
+                                tinyserve::v1::TinyServe::CallbackService> {
+ public:
+  explicit RouterService(RouterCore* core) : core_(core) {}
+
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
+                                  const tinyserve::v1::AbortRequest* request,
+                                  tinyserve::v1::AbortResponse* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const tinyserve::v1::TokenizeRequest* request,
+                                     tinyserve::v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const tinyserve::v1::DetokenizeRequest* request,
+                                       tinyserve::v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const tinyserve::v1::GetModelInfoRequest* request,
+                                         tinyserve::v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const tinyserve::v1::GetServerInfoRequest* request,
+                                          tinyserve::v1::ServerInfo* response) override;
+
+ private:
+  RouterCore* core_;
+};
+
+}  // namespace tinyserve

@@ -1,0 +1,128 @@
+// File: router/worker_registry.h
+// The router's view of its workers: who they are (a static list, or the addresses a DNS name
+// resolves to, re-resolved periodically: a Kubernetes headless Service), whether they are
+// healthy (grpc.health.v1 Check "readiness" plus WorkerControl.GetLoad, polled), how loaded
+// they are (requests in flight from this router, counted at dispatch), their circuit
+// breakers and their approximate prefix indexes.
+//
+// A worker is routable when healthy (its last Check said SERVING and its last GetLoad
+// succeeded and it is not draining) and its breaker allows a request. When a worker turns
+// unhealthy its prefix index is cleared (its cache may be gone); when it turns healthy the
+// index is seeded from its GetPrefixSummary.
+//
+// Threading: Snapshot() and the WorkerHandle atomics may be used from any thread. One poller
+// thread does discovery and health; polls are asynchronous (callback API) with deadlines, so a
+// hung worker cannot stall the others.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "router/circuit_breaker.h"
+#include "router/router_metrics.h"
+#include "tinyserve/v1/tinyserve.grpc.pb.h"
+#include "tinyserve/v1/worker.grpc.pb.h"
+#include "worker/server/prefix_lru.h"
+
+namespace tinyserve {
+
+struct RegistryOptions {
+  std::vector<std::string> static_workers;  // host:port
+  std::string dns;                          // name:port; re-resolved every dns_interval
+  double dns_interval_seconds = 5;
+  double health_interval_seconds = 0.5;     // Check + GetLoad period
+  double health_timeout_seconds = 1;
+  int breaker_failures = 3;
+  double breaker_cooldown_seconds = 5;
+  size_t prefix_index_capacity = 1 << 16;   // block hashes per worker
+};
+
+class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
+ public:
+  WorkerHandle(std::string address, const RegistryOptions& options, WorkerSeries* series);
+
+  const std::string& address() const { return address_; }
+  tinyserve::v1::TinyServe::Stub& api() { return *api_; }
+  tinyserve::v1::WorkerControl::Stub& control() { return *control_; }
+  grpc::GenericStub& generic() { return *generic_; }
+  CircuitBreaker& breaker() { return breaker_; }
+  PrefixLru& prefixes() { return prefixes_; }
+  WorkerSeries* series() { return series_; }
+
+  bool healthy() const { return healthy_.load(); }
+  int inflight() const { return inflight_.load(); }
+  int64_t dispatched() const { return dispatched_.load(); }
+  // Last load report (running, waiting, KV pages).
+  tinyserve::v1::LoadReport load() const;
+
+  // Counts a request in flight (at dispatch) and out (when its stream ends).
+  void AddInflight();
+  void RemoveInflight();
+
+  // Poller side.
+  void SetHealth(bool serving, bool load_ok, const tinyserve::v1::LoadReport& load);
+  void UpdateBreakerGauge();
+  std::atomic<bool> poll_in_flight{false};
+  std::atomic<bool> removed{false};
+
+ private:
+  const std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<tinyserve::v1::TinyServe::Stub> api_;
+  std::unique_ptr<tinyserve::v1::WorkerControl::Stub> control_;
+  std::unique_ptr<grpc::GenericStub> generic_;
+  CircuitBreaker breaker_;
+  PrefixLru prefixes_;
+  WorkerSeries* series_;
+  std::atomic<bool> healthy_{false};
+  std::atomic<int> inflight_{0};
+  std::atomic<int64_t> dispatched_{0};
+  mutable std::mutex mu_;
+  tinyserve::v1::LoadReport load_;  // GUARDED_BY(mu_)
+};
+
+using WorkerPtr = std::shared_ptr<WorkerHandle>;
+
+class WorkerRegistry {
+ public:
+  WorkerRegistry(const RegistryOptions& options, RouterMetrics* metrics);
+  ~WorkerRegistry();
+
+  void Start();
+  void Stop();
+
+  // The current workers (healthy or not).
+  std::vector<WorkerPtr> Snapshot() const;
+  // Number of workers that are healthy now.
+  int HealthyCount() const;
+  // Called (on the poller thread) whenever the healthy count may have changed.
+  void SetOnHealthChange(std::function<void(int healthy)> fn) { on_health_change_ = fn; }
+
+ private:
+  void Loop();
+  void Discover();
+  void Poll(const WorkerPtr& worker);
+  std::vector<std::string> Resolve() const;
+
+  RegistryOptions options_;
+  RouterMetrics* metrics_;
+  std::function<void(int)> on_health_change_;
+
+  mutable std::mutex mu_;
+  std::vector<WorkerPtr> workers_;  // GUARDED_BY(mu_)
+  bool stop_ = false;               // GUARDED_BY(mu_)
+  std::condition_variable cv_;
+  std::thread thread_;
+  double next_dns_ = 0;
+  int last_healthy_ = -1;
+};
+
+}  // namespace tinyserve

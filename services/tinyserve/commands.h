@@ -1,0 +1,50 @@
+// File: services/tinyserve/commands.h
+// The serving subcommands of the `tinyserve` CLI. main.cc dispatches to them with the
+// arguments after the command name; each parses its own flags (common/flags.h), prints its
+// usage for --help, and returns the process exit code.
+//
+//   tinyserve worker  --model PATH --port 50051 --metrics-port 9100 ...  one worker process
+//   tinyserve router  --port 50050 --metrics-port 9000 --workers h:p,...  the router
+//   tinyserve serve   [--model PATH]                  router + worker(s) as child processes
+//
+// `tinyserve generate --server HOST:PORT ...` calls RunGenerateClient(args) with generate's
+// own arguments (the same flags: prompt, chat, sampling, selection) instead of loading a model.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tinyserve {
+
+int RunWorkerCommand(const std::vector<std::string>& args);
+int RunRouterCommand(const std::vector<std::string>& args);
+int RunServeCommand(const std::vector<std::string>& args);
+// `generate --server`: parses generate's flags and streams through RunGenerateClient(options).
+int RunGenerateClient(const std::vector<std::string>& args);
+
+// One streamed generation against a TinyServe server (router or worker).
+struct GenerateClientOptions {
+  std::string server = "localhost:50050";
+  std::string prompt;
+  bool chat = false;            // send the prompt as one user chat message
+  int max_tokens = 128;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  int64_t seed = -1;            // < 0: unset
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  std::string policy;           // selection policy; empty: the server's default
+  int budget = 0;               // selection budget; 0: the server's default
+  double timeout_seconds = 120; // the call's deadline
+  std::string request_id;
+  bool quiet = false;           // no summary on stderr
+};
+
+// Streams the text to stdout and a summary (finish reason, tokens, timings, worker) to stderr.
+// Returns 0 on success, 1 on an RPC error (printed to stderr with its code).
+int RunGenerateClient(const GenerateClientOptions& options);
+
+}  // namespace tinyserve

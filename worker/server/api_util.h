@@ -1,0 +1,40 @@
+// File: worker/server/api_util.h
+// Helpers shared by the worker and the router for the public API messages:
+//   - Generate is served as a raw (ByteBuffer) method so that a request that protobuf refuses to
+//     parse (proto3 rejects string fields holding malformed UTF-8) is answered with
+//     INVALID_ARGUMENT naming the field, instead of gRPC's generic parse failure;
+//   - UTF-8 checks and repair, because every string field we send must be valid UTF-8 (Python
+//     and other strict clients refuse to parse it otherwise);
+//   - messages <-> grpc::ByteBuffer.
+// All functions are thread-safe (no shared state).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "google/protobuf/message.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/status.h"
+#include "tinyserve/v1/tinyserve.pb.h"
+
+namespace tinyserve {
+
+// True if s is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
+bool IsWellFormedUtf8(std::string_view s);
+// s with every ill-formed sequence replaced by U+FFFD.
+std::string SanitizeUtf8(std::string_view s);
+
+// Parses a GenerateRequest. On failure: INVALID_ARGUMENT naming the string field that holds
+// malformed UTF-8 ("text is not valid UTF-8"), or saying the message is malformed.
+grpc::Status ParseGenerateRequest(const grpc::ByteBuffer& buffer,
+                                  tinyserve::v1::GenerateRequest* request);
+
+// Serializes a message into a ByteBuffer (one slice).
+grpc::ByteBuffer ToByteBuffer(const google::protobuf::Message& message);
+// Parses a ByteBuffer; false when it does not parse.
+bool FromByteBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* message);
+
+// The gRPC code's canonical name, e.g. "INVALID_ARGUMENT".
+const char* StatusCodeName(grpc::StatusCode code);
+
+}  // namespace tinyserve

@@ -1,0 +1,168 @@
+#include "worker/server/generate_reactor.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/timer.h"
+#include "worker/server/api_util.h"
+#include "worker/server/block_hash.h"
+#include "worker/server/proto_convert.h"
+#include "worker/server/status_convert.h"
+
+namespace tinyserve {
+namespace {
+
+namespace v1 = tinyserve::v1;
+
+// Adapts the engine's sink interface to the reactor. Holds a raw pointer: the reactor outlives
+// the sink's last call (OnFinish), because it only finishes after OnFinish closes it.
+class ReactorSink final : public RequestSink {
+ public:
+  explicit ReactorSink(GenerateReactor* reactor) : reactor_(reactor) {}
+  void OnTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage& usage) override {
+    reactor_->OnEngineTokens(tokens, usage);
+  }
+  void OnFinish(FinishReason reason, const RequestUsage& usage, absl::Status status) override {
+    GenerateReactor* r = reactor_;
+    reactor_ = nullptr;
+    r->OnEngineFinish(reason, usage, status);
+  }
+
+ private:
+  GenerateReactor* reactor_;
+};
+
+// The call's deadline on the engine's clock (NowSeconds), or 0 for none.
+double EngineDeadline(const grpc::CallbackServerContext& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
+  const double remaining =
+      std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+  return NowSeconds() + remaining;
+}
+
+}  // namespace
+
+GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer& buffer)
+    : state_(state) {
+  if (state_->draining.load()) {
+    Reject(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining"));
+    return;
+  }
+  if (!state_->ready.load()) {
+    Reject(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is not ready"));
+    return;
+  }
+  v1::GenerateRequest request;
+  if (grpc::Status s = ParseGenerateRequest(buffer, &request); !s.ok()) {
+    Reject(s);
+    return;
+  }
+  Engine& engine = *state_->engine;
+  absl::StatusOr<GenerateRequest> converted =
+      ToEngineRequest(request, engine.tokenizer(), engine.options().default_selection);
+  if (!converted.ok()) {
+    Reject(ToGrpcStatus(converted.status()));
+    return;
+  }
+  GenerateRequest& req = *converted;
+  request_id_ = request.request_id().empty() ? state_->NewRequestId() : request.request_id();
+  req.request_id = request_id_;
+  req.deadline = EngineDeadline(*context);
+  want_logprobs_ = req.sampling.logprobs >= 0;
+  if (req.deadline > 0 && req.deadline <= NowSeconds()) {
+    Reject(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline already passed"));
+    return;
+  }
+  if (!state_->AddLive(request_id_)) {
+    const std::string id = request_id_;
+    request_id_.clear();  // not ours to remove
+    Reject(grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                        absl::StrCat("request_id '", id, "' is already in use")));
+    return;
+  }
+  state_->prefixes.Insert(PromptBlockHashes(request));
+  submitted_.store(true);
+  absl::Status s = engine.Submit(std::move(req), std::make_shared<ReactorSink>(this));
+  if (!s.ok()) {
+    submitted_.store(false);
+    state_->RemoveLive(request_id_);
+    Reject(ToGrpcStatus(s));
+  }
+}
+
+void GenerateReactor::Reject(const grpc::Status& status) {
+  if (state_->metrics != nullptr) {
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+        status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      state_->metrics->CountRejected();
+    } else {
+      state_->metrics->CountInvalid();
+    }
+  }
+  TS_LOG(DEBUG) << "Generate rejected: " << StatusCodeName(status.error_code()) << ": "
+                << status.error_message();
+  Close(status);
+}
+
+void GenerateReactor::OnClientGone() {
+  // Frees the request's pages at the engine's next step; OnFinish(kAbort) then closes us.
+  if (submitted_.load()) state_->engine->Abort(request_id_);
+}
+
+void GenerateReactor::OnEngineTokens(const std::vector<GeneratedToken>& tokens,
+                                     const RequestUsage& usage) {
+  if (client_gone()) return;
+  v1::GenerateResponse response;
+  response.set_request_id(request_id_);
+  v1::Chunk* chunk = response.mutable_chunk();
+  std::string text;
+  for (const GeneratedToken& t : tokens) {
+    chunk->add_token_ids(t.id);
+    text += t.text;
+    if (want_logprobs_) {
+      v1::TokenLogprobs* lp = chunk->add_logprobs();
+      lp->set_token_id(t.id);
+      lp->set_logprob(t.logprob);
+      for (const TokenLogprob& alt : t.top) {
+        v1::TopLogprob* top = lp->add_top();
+        top->set_token_id(alt.id);
+        top->set_logprob(alt.logprob);
+        top->set_text(SanitizeUtf8(state_->engine->tokenizer().TokenBytes(alt.id)));
+      }
+    }
+  }
+  chunk->set_text(IsWellFormedUtf8(text) ? text : SanitizeUtf8(text));
+  chunk->set_prompt_tokens(usage.prompt_tokens);
+  chunk->set_completion_tokens(usage.generated_tokens);
+  chunk->set_cached_tokens(usage.cached_tokens);
+  Enqueue(ToByteBuffer(response));
+}
+
+void GenerateReactor::OnEngineFinish(FinishReason reason, const RequestUsage& usage,
+                                     const absl::Status& status) {
+  state_->RemoveLive(request_id_);
+  v1::GenerateResponse response;
+  response.set_request_id(request_id_);
+  grpc::Status final_status = grpc::Status::OK;
+  if (reason == FinishReason::kError) {
+    final_status = status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "engine error")
+                               : ToGrpcStatus(status);
+    v1::Error* error = response.mutable_error();
+    error->set_code(static_cast<int>(final_status.error_code()));
+    error->set_message(SanitizeUtf8(final_status.error_message()));
+  } else {
+    FillComplete(usage, reason, response.mutable_complete());
+    if (reason == FinishReason::kDeadline) {
+      final_status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+    } else if (reason == FinishReason::kAbort && client_gone()) {
+      final_status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+    }
+  }
+  Enqueue(ToByteBuffer(response));
+  Close(final_status);  // last touch of `this`
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,39 @@
+// File: worker/server/generate_reactor.h
+// One Generate call on a worker: parses and validates the request, submits it to the engine,
+// and streams what the engine's sink reports (Chunk per OnTokens, then Complete or Error).
+//
+// Cancellation: when the client cancels, its deadline passes or a write fails, the reactor
+// calls Engine::Abort so the request's KV pages are freed at the next step; the engine still
+// calls OnFinish, which closes the stream. The engine also gets the call's deadline.
+// Lifetime: created by TinyServeService::Generate, deletes itself in OnDone (queued_stream.h).
+// The engine's sink points at the reactor only until OnFinish, which is the sink's last call.
+#pragma once
+
+#include <string>
+
+#include "grpcpp/grpcpp.h"
+#include "worker/server/queued_stream.h"
+#include "worker/server/worker_service.h"
+
+namespace tinyserve {
+
+class GenerateReactor final : public QueuedStreamReactor {
+ public:
+  GenerateReactor(WorkerState* state, grpc::CallbackServerContext* context,
+                  const grpc::ByteBuffer& request);
+
+  // From the engine thread (through the sink).
+  void OnEngineTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage& usage);
+  void OnEngineFinish(FinishReason reason, const RequestUsage& usage, const absl::Status& status);
+
+ private:
+  void Reject(const grpc::Status& status);  // before Submit: count it and close
+  void OnClientGone() override;
+
+  WorkerState* state_;
+  std::string request_id_;
+  std::atomic<bool> submitted_{false};
+  bool want_logprobs_ = false;
+};
+
+}  // namespace tinyserve

@@ -1,0 +1,147 @@
+#include "worker/server/proto_convert.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tinyserve {
+namespace {
+
+namespace v1 = tinyserve::v1;
+
+constexpr int kDefaultMaxTokens = 128;
+
+absl::Status CheckIds(const google::protobuf::RepeatedField<int32_t>& ids, int vocab,
+                      const char* field) {
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] = ", ids[i],
+                                                     " is outside the vocabulary [0, ", vocab,
+                                                     ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+SamplingParams ToSampling(const v1::SamplingOptions& s) {
+  SamplingParams p;
+  p.temperature = s.temperature();
+  p.top_k = s.top_k();
+  p.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
+  p.min_p = s.min_p();
+  p.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  p.has_seed = s.has_seed();
+  p.seed = s.seed();
+  p.max_tokens = s.max_tokens() == 0 ? kDefaultMaxTokens : s.max_tokens();
+  p.stop.assign(s.stop().begin(), s.stop().end());
+  p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  p.ignore_eos = s.ignore_eos();
+  p.logprobs = s.has_logprobs() ? s.logprobs() : -1;
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request,
+                                                const Tokenizer& tokenizer,
+                                                const SelectionSpec& default_selection) {
+  GenerateRequest out;
+  const int vocab = tokenizer.vocab_size();
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      if (request.text().empty()) return absl::InvalidArgumentError("text: prompt is empty");
+      const bool add_bos =
+          request.has_add_special_tokens() ? request.add_special_tokens() : true;
+      out.prompt_ids = tokenizer.Encode(request.text(), request.parse_special_tokens(), add_bos);
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      const auto& ids = request.token_ids().ids();
+      if (ids.empty()) return absl::InvalidArgumentError("token_ids: prompt is empty");
+      if (auto s = CheckIds(ids, vocab, "token_ids.ids"); !s.ok()) return s;
+      out.prompt_ids.assign(ids.begin(), ids.end());
+      break;
+    }
+    case v1::GenerateRequest::kChat: {
+      const auto& messages = request.chat().messages();
+      if (messages.empty()) return absl::InvalidArgumentError("chat.messages: prompt is empty");
+      std::vector<ChatMessage> chat;
+      for (int i = 0; i < messages.size(); ++i) {
+        if (messages[i].role().empty()) {
+          return absl::InvalidArgumentError(absl::StrCat("chat.messages[", i, "].role is empty"));
+        }
+        chat.push_back({messages[i].role(), messages[i].content()});
+      }
+      const std::string rendered = RenderChat(tokenizer.data(), chat, true);
+      out.prompt_ids = tokenizer.Encode(rendered, /*parse_special=*/true, /*add_bos=*/false);
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          "prompt: one of text, token_ids or chat must be set (prompt is empty)");
+  }
+  if (out.prompt_ids.empty()) {
+    return absl::InvalidArgumentError("prompt: tokenizes to no tokens (prompt is empty)");
+  }
+
+  out.sampling = ToSampling(request.sampling());
+  if (auto s = CheckIds(request.sampling().stop_token_ids(), vocab, "sampling.stop_token_ids");
+      !s.ok()) {
+    return s;
+  }
+
+  if (request.has_selection()) {
+    const v1::SelectionOptions& sel = request.selection();
+    SelectionSpec spec = default_selection;
+    if (!sel.policy().empty()) spec.policy = sel.policy();
+    if (sel.budget() != 0) spec.budget = sel.budget();
+    if (sel.has_dense_layers()) spec.dense_layers = sel.dense_layers();
+    if (sel.has_sink_pages()) spec.sink_pages = sel.sink_pages();
+    if (sel.has_recent_pages()) spec.recent_pages = sel.recent_pages();
+    if (sel.has_oracle_every()) spec.oracle_every = sel.oracle_every();
+    for (const auto& [k, v] : sel.params()) spec.params[k] = v;
+    out.selection = std::move(spec);
+  }
+  return out;
+}
+
+v1::FinishReason ToProtoFinishReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos: return v1::FINISH_REASON_EOS;
+    case FinishReason::kStopToken: return v1::FINISH_REASON_STOP_TOKEN;
+    case FinishReason::kStopString: return v1::FINISH_REASON_STOP_STRING;
+    case FinishReason::kAbort: return v1::FINISH_REASON_ABORT;
+    case FinishReason::kDeadline: return v1::FINISH_REASON_DEADLINE;
+    case FinishReason::kError: return v1::FINISH_REASON_ERROR;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void FillComplete(const RequestUsage& usage, FinishReason reason, v1::Complete* complete) {
+  complete->set_finish_reason(ToProtoFinishReason(reason));
+  v1::Usage* u = complete->mutable_usage();
+  u->set_prompt_tokens(usage.prompt_tokens);
+  u->set_completion_tokens(usage.generated_tokens);
+  u->set_cached_tokens(usage.cached_tokens);
+  u->set_preemptions(usage.preemptions);
+  v1::Timing* t = complete->mutable_timing();
+  t->set_queue_seconds(usage.queue_seconds);
+  t->set_ttft_seconds(usage.ttft_seconds);
+  t->set_prefill_seconds(usage.prefill_seconds);
+  t->set_decode_seconds(usage.decode_seconds);
+  t->set_e2e_seconds(usage.e2e_seconds);
+  const SelectionSummary& s = usage.selection;
+  v1::SelectionStats* sel = complete->mutable_selection();
+  sel->set_policy(s.policy);
+  sel->set_steps(s.steps);
+  sel->set_pages_scored(s.pages_scored);
+  sel->set_pages_selected(s.pages_selected);
+  sel->set_kv_bytes_read(s.kv_bytes_read);
+  sel->set_kv_bytes_dense(s.kv_bytes_dense);
+  sel->set_page_hit_rate(s.page_hit_rate);
+  sel->set_mass_recall(s.mass_recall);
+  sel->set_reuse(s.reuse);
+  sel->set_select_seconds(s.select_seconds);
+  sel->set_attention_seconds(s.attention_seconds);
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,27 @@
+// File: worker/server/proto_convert.h
+// Public API messages <-> engine types. Parsing happens on the RPC thread, as early as possible
+// ("parse into native types early"): the prompt is tokenized here, so the engine only sees ids.
+// Errors are InvalidArgument naming the field; range checks the engine does itself (sampling
+// values, prompt length vs context, policy names) are left to Engine::Submit.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tinyserve/v1/tinyserve.pb.h"
+#include "worker/engine/engine.h"
+
+namespace tinyserve {
+
+// Builds the engine request (prompt tokenized, defaults applied; request_id and deadline are
+// left to the caller). default_selection: the server's policy, which set fields override.
+absl::StatusOr<GenerateRequest> ToEngineRequest(const tinyserve::v1::GenerateRequest& request,
+                                                const Tokenizer& tokenizer,
+                                                const SelectionSpec& default_selection);
+
+tinyserve::v1::FinishReason ToProtoFinishReason(FinishReason reason);
+// Fills Complete.usage, timing and selection from the engine's usage.
+void FillComplete(const RequestUsage& usage, FinishReason reason,
+                  tinyserve::v1::Complete* complete);
+
+}  // namespace tinyserve

@@ -1,0 +1,87 @@
+#include <string>
+
+#include "gtest/gtest.h"
+#include "worker/server/api_util.h"
+#include "worker/server/block_hash.h"
+#include "worker/server/prefix_lru.h"
+#include "worker/server/status_convert.h"
+
+namespace tinyserve {
+namespace {
+
+namespace v1 = tinyserve::v1;
+
+TEST(Utf8, WellFormedAndSanitized) {
+  EXPECT_TRUE(IsWellFormedUtf8("plain"));
+  EXPECT_TRUE(IsWellFormedUtf8("caf\xC3\xA9 \xF0\x9F\x98\x80"));
+  EXPECT_FALSE(IsWellFormedUtf8("\xC3"));          // truncated
+  EXPECT_FALSE(IsWellFormedUtf8("\xC0\xAF"));      // overlong
+  EXPECT_FALSE(IsWellFormedUtf8("\xED\xA0\x80"));  // surrogate
+  EXPECT_EQ(SanitizeUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+}
+
+TEST(ParseGenerateRequest, NamesTheFieldWithBadUtf8) {
+  v1::GenerateRequest ok;
+  ok.set_text("hello");
+  v1::GenerateRequest parsed;
+  EXPECT_TRUE(ParseGenerateRequest(ToByteBuffer(ok), &parsed).ok());
+  EXPECT_EQ(parsed.text(), "hello");
+
+  // Field 2 (text), length 2, bytes 0xFF 0xFE: what a client with raw bytes can send.
+  const std::string wire("\x12\x02\xFF\xFE", 4);
+  grpc::Slice slice(wire);
+  grpc::ByteBuffer bad(&slice, 1);
+  grpc::Status s = ParseGenerateRequest(bad, &parsed);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("text"), std::string::npos) << s.error_message();
+
+  v1::GenerateRequest chat;
+  chat.mutable_chat()->add_messages()->set_role("user");
+  chat.mutable_chat()->add_messages()->set_role("user");
+  std::string bytes = chat.SerializeAsString();
+  bytes += std::string("\x22\x08\x0A\x06\x12\x04\x61\xFF\x62\x63", 10);  // chat.messages[2]
+  grpc::Slice slice2(bytes);
+  grpc::ByteBuffer bad2(&slice2, 1);
+  s = ParseGenerateRequest(bad2, &parsed);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("chat.messages[2].content"), std::string::npos)
+      << s.error_message();
+}
+
+TEST(BlockHash, SharedPrefixSharesLeadingHashes) {
+  v1::GenerateRequest a, b;
+  const std::string prefix(200, 'x');
+  a.set_text(prefix + "tail one, long enough to fill another block of sixty-four bytes ....");
+  b.set_text(prefix + "a different tail that also fills a block of sixty-four bytes ......");
+  const auto ha = PromptBlockHashes(a), hb = PromptBlockHashes(b);
+  ASSERT_EQ(ha.size(), 4u);
+  ASSERT_EQ(hb.size(), 4u);
+  EXPECT_EQ(ha[0], hb[0]);
+  EXPECT_EQ(ha[2], hb[2]);
+  EXPECT_NE(ha[3], hb[3]);
+  v1::GenerateRequest ids;
+  for (int i = 0; i < 40; ++i) ids.mutable_token_ids()->add_ids(i);
+  EXPECT_EQ(PromptBlockHashes(ids).size(), 2u);
+}
+
+TEST(PrefixLru, MatchesLeadingChainAndEvictsChildrenFirst) {
+  PrefixLru lru(4);
+  lru.Insert({1, 2, 3});
+  EXPECT_EQ(lru.MatchLength({1, 2, 3, 4}), 3u);
+  EXPECT_EQ(lru.MatchLength({2, 3}), 2u);
+  EXPECT_EQ(lru.MatchLength({9, 1}), 0u);
+  lru.Insert({1, 5, 6});  // capacity 4: the oldest leaf (3) goes first
+  EXPECT_EQ(lru.size(), 4u);
+  EXPECT_EQ(lru.MatchLength({1, 2, 3}), 2u);
+  EXPECT_EQ(lru.Snapshot(2).size(), 2u);
+}
+
+TEST(StatusConvert, KeepsCodeAndMessage) {
+  grpc::Status s = ToGrpcStatus(absl::ResourceExhaustedError("queue full"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(), "queue full");
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+}  // namespace
+}  // namespace tinyserve

@@ -1,0 +1,14 @@
+// File: worker/server/status_convert.h
+// The one place where absl::Status (the engine's error channel) becomes grpc::Status (what an
+// RPC finishes with). The codes match one to one (Abseil's StatusCode values are gRPC's), so
+// the conversion keeps the code and the message; payloads are dropped.
+#pragma once
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace tinyserve {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace tinyserve

@@ -1,0 +1,174 @@
+#include "worker/server/worker_service.h"
+
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/timer.h"
+#include "worker/server/api_util.h"
+#include "worker/server/block_hash.h"
+#include "worker/server/generate_reactor.h"
+#include "worker/server/status_convert.h"
+
+namespace tinyserve {
+namespace {
+
+namespace v1 = tinyserve::v1;
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace
+
+bool WorkerState::AddLive(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.insert(id).second;
+}
+
+void WorkerState::RemoveLive(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(id);
+}
+
+std::string WorkerState::NewRequestId() {
+  return absl::StrCat("w", getpid(), "-", next_id_.fetch_add(1));
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TinyServeService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  return new GenerateReactor(state_, context, *request);
+}
+
+grpc::ServerUnaryReactor* TinyServeService::Abort(grpc::CallbackServerContext* context,
+                                                  const v1::AbortRequest* request,
+                                                  v1::AbortResponse* response) {
+  for (const std::string& id : request->request_ids()) {
+    if (state_->engine->Abort(id)) response->add_aborted(id);
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TinyServeService::Tokenize(grpc::CallbackServerContext* context,
+                                                     const v1::TokenizeRequest* request,
+                                                     v1::TokenizeResponse* response) {
+  const Tokenizer& tok = state_->engine->tokenizer();
+  const bool add_bos = request->has_add_special_tokens() ? request->add_special_tokens() : true;
+  for (int32_t id : tok.Encode(request->text(), request->parse_special_tokens(), add_bos)) {
+    response->add_token_ids(id);
+    response->add_tokens(SanitizeUtf8(tok.TokenBytes(id)));
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TinyServeService::Detokenize(grpc::CallbackServerContext* context,
+                                                       const v1::DetokenizeRequest* request,
+                                                       v1::DetokenizeResponse* response) {
+  const Tokenizer& tok = state_->engine->tokenizer();
+  std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= tok.vocab_size()) {
+      return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                             absl::StrCat("token_ids[", i, "] = ", ids[i],
+                                                          " is outside the vocabulary [0, ",
+                                                          tok.vocab_size(), ")")));
+    }
+  }
+  response->set_text(SanitizeUtf8(tok.Decode(ids)));
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TinyServeService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                         const v1::GetModelInfoRequest*,
+                                                         v1::ModelInfo* response) {
+  const Engine& engine = *state_->engine;
+  const ModelConfig& c = engine.model_config();
+  response->set_name(SanitizeUtf8(c.name));
+  response->set_path(SanitizeUtf8(state_->model_path));
+  response->set_arch(ArchName(c.arch));
+  response->set_vocab_size(engine.tokenizer().vocab_size());
+  response->set_max_context(engine.max_context());
+  response->set_page_size(engine.options().page_size);
+  response->set_n_layers(c.n_layers);
+  response->set_n_heads(c.n_heads);
+  response->set_n_kv_heads(c.n_kv_heads);
+  response->set_head_dim(c.head_dim);
+  response->set_hidden_size(c.dim);
+  response->set_bos_id(engine.tokenizer().bos_id());
+  response->set_eos_id(engine.tokenizer().eos_id());
+  response->set_default_policy(engine.options().default_selection.policy);
+  response->set_tp_size(engine.options().tp_size);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TinyServeService::GetServerInfo(grpc::CallbackServerContext* context,
+                                                          const v1::GetServerInfoRequest*,
+                                                          v1::ServerInfo* response) {
+  const EngineStats s = state_->engine->Stats();
+  response->set_role("worker");
+  response->set_version(state_->version);
+  response->set_running(s.running);
+  response->set_waiting(s.waiting);
+  response->set_kv_pages_total(s.kv_pages_total);
+  response->set_kv_pages_used(s.kv_pages_used);
+  response->set_kv_pages_free(s.kv_pages_free);
+  response->set_uptime_seconds(NowSeconds() - state_->start_time);
+  response->set_draining(state_->draining.load());
+  response->set_ready(state_->ready.load());
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* WorkerControlService::GetLoad(grpc::CallbackServerContext* context,
+                                                        const v1::GetLoadRequest*,
+                                                        v1::LoadReport* response) {
+  const EngineStats s = state_->engine->Stats();
+  const EngineOptions& o = state_->engine->options();
+  response->set_running(s.running);
+  response->set_waiting(s.waiting);
+  response->set_kv_pages_used(s.kv_pages_used);
+  response->set_kv_pages_free(s.kv_pages_free);
+  response->set_kv_pages_total(s.kv_pages_total);
+  response->set_kv_pages_cached(s.kv_pages_cached);
+  response->set_prefix_queries_tokens(s.prefix_queries_tokens);
+  response->set_prefix_hits_tokens(s.prefix_hits_tokens);
+  response->set_prefix_queries_pages(s.prefix_queries_pages);
+  response->set_prefix_hits_pages(s.prefix_hits_pages);
+  response->set_max_batch(o.max_batch);
+  response->set_max_queue(o.max_queue);
+  response->set_draining(state_->draining.load());
+  response->set_ready(state_->ready.load());
+  response->set_steps_total(s.steps_total);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* WorkerControlService::GetPrefixSummary(
+    grpc::CallbackServerContext* context, const v1::GetPrefixSummaryRequest* request,
+    v1::PrefixSummary* response) {
+  response->set_text_block_bytes(kTextBlockBytes);
+  response->set_token_block_size(kTokenBlockSize);
+  const size_t max = request->max_hashes() > 0 ? static_cast<size_t>(request->max_hashes()) : 0;
+  for (uint64_t h : state_->prefixes.Snapshot(max)) response->add_block_hashes(h);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* WorkerControlService::DeepHealth(grpc::CallbackServerContext* context,
+                                                           const v1::DeepHealthRequest*,
+                                                           v1::DeepHealthResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The probe runs a forward: keep it off the callback thread.
+  std::thread([state = state_, reactor, response] {
+    Stopwatch watch;
+    const absl::Status s = state->engine->HealthProbe();
+    response->set_ok(s.ok());
+    response->set_message(SanitizeUtf8(std::string(s.message())));
+    response->set_seconds(watch.Seconds());
+    reactor->Finish(grpc::Status::OK);
+  }).detach();
+  return reactor;
+}
+
+}  // namespace tinyserve
