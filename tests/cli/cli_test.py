@@ -1,0 +1,109 @@
+"""The tinyserve CLI as a user meets it: streaming output, summaries, --help, and one-line errors.
+
+Usage: cli_test.py /path/to/tinyserve   (cwd: the source root, so ../shared/data resolves)
+"""
+import os
+import subprocess
+import sys
+import unittest
+
+BIN = None
+DATA = os.environ.get("TINYSERVE_DATA", "../shared/data")
+STORIES = os.path.join(DATA, "models", "stories260K", "stories260K.gguf")
+
+
+def run(*args, timeout=120):
+    p = subprocess.run([BIN, *args], capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+class Generate(unittest.TestCase):
+    def test_streams_text_and_summary(self):
+        code, out, err = run("generate", "--model", STORIES, "--prompt", "Once upon a time",
+                             "--max-tokens", "24")
+        self.assertEqual(code, 0, err)
+        self.assertTrue(out.startswith(", there was a little girl named Lily."), out)
+        summary = [l for l in err.splitlines() if l.startswith("prompt ")]
+        self.assertEqual(len(summary), 1, err)
+        self.assertIn("prompt 5 tokens, generated 24 tokens", summary[0])
+        self.assertIn("decode", summary[0])
+
+    def test_sampling_flags_and_seed(self):
+        args = ["generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-tokens",
+                "30", "--temperature", "0.9", "--top-k", "40", "--top-p", "0.95", "--seed", "3"]
+        a, b = run(*args), run(*args)
+        self.assertEqual(a[0], 0, a[2])
+        self.assertEqual(a[1], b[1])
+
+    def test_selection_flags_and_trace(self):
+        trace = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ts_trace_{os.getpid()}.jsonl")
+        code, out, err = run("generate", "--model", STORIES, "--prompt", "Once upon a time",
+                             "--max-tokens", "60", "--policy", "quest", "--budget", "16",
+                             "--page-size", "8", "--dense-layers", "1", "--oracle-every", "2",
+                             "--trace", trace)
+        self.assertEqual(code, 0, err)
+        self.assertIn("quest:", err)
+        with open(trace) as f:
+            lines = f.read().splitlines()
+        os.unlink(trace)
+        self.assertGreater(len(lines), 40)
+        self.assertIn('"pages_selected"', lines[-1])
+
+
+class Errors(unittest.TestCase):
+    def check(self, field, *args):
+        code, out, err = run(*args)
+        self.assertNotEqual(code, 0, f"{args} succeeded")
+        lines = [l for l in err.splitlines() if l.strip() and not l.startswith("I ")]
+        self.assertEqual(len(lines), 1, err)
+        self.assertTrue(lines[0].startswith("error: "), lines[0])
+        self.assertIn(field, lines[0])
+
+    def test_bad_inputs_name_the_problem(self):
+        base = ["generate", "--model", STORIES]
+        self.check("prompt", *base, "--prompt", "")
+        self.check("max_tokens", *base, "--prompt", "hi", "--max-tokens", "0")
+        self.check("max_tokens", *base, "--prompt", "hi", "--max-tokens", "-3")
+        self.check("temperature", *base, "--prompt", "hi", "--temperature", "-1")
+        self.check("top_p", *base, "--prompt", "hi", "--top-p", "1.5")
+        self.check("top_k", *base, "--prompt", "hi", "--top-k", "-1")
+        self.check("repetition_penalty", *base, "--prompt", "hi", "--repetition-penalty", "0")
+        self.check("selection.policy", *base, "--prompt", "hi", "--policy", "bogus")
+        self.check("--max-tokens", *base, "--prompt", "hi", "--max-tokens", "many")
+        self.check("--nope", *base, "--prompt", "hi", "--nope")
+        self.check("/nonexistent/model.gguf", "generate", "--model", "/nonexistent/model.gguf",
+                   "--prompt", "hi")
+        long_prompt = " ".join(["Once upon a time there was a dog."] * 400)  # > 2048 tokens
+        self.check("prompt", *base, "--prompt", long_prompt)
+
+    def test_corrupt_model_file(self):
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ts_bad_{os.getpid()}.gguf")
+        with open(path, "wb") as f:
+            f.write(b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)
+        try:
+            self.check("gguf", "generate", "--model", path, "--prompt", "hi")
+        finally:
+            os.unlink(path)
+
+    def test_unknown_command(self):
+        code, _, err = run("frobnicate")
+        self.assertEqual(code, 2)
+        self.assertIn("unknown command", err)
+
+
+class Help(unittest.TestCase):
+    def test_every_command_has_help(self):
+        for cmd in ("generate", "eval", "bench", "serve", "worker", "router"):
+            code, out, err = run(cmd, "--help")
+            self.assertEqual(code, 0, f"{cmd}: {err}")
+            self.assertIn("usage: tinyserve", out, cmd)
+            self.assertIn("--", out, cmd)
+        code, out, _ = run("--help")
+        self.assertEqual(code, 0)
+        for cmd in ("generate", "eval", "bench", "serve", "worker", "router"):
+            self.assertIn(cmd, out)
+
+
+if __name__ == "__main__":
+    BIN = sys.argv.pop(1)
+    unittest.main(verbosity=2)
