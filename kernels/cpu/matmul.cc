@@ -190,6 +190,14 @@ void ForRows(const Matrix& w, int64_t n_tokens, ThreadPool* pool,
 
 void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
   if (n_tokens <= 0 || w.rows == 0) return;
+  static const bool exact = [] {
+    const char* v = std::getenv("TINYSERVE_MATMUL_EXACT");
+    return v != nullptr && v[0] == '1';
+  }();
+  if (exact) {  // float activations, no quantization: a reference for numerical studies
+    MatMulReference(w, x, n_tokens, y);
+    return;
+  }
   const CpuKernels& k = CpuKernelsFor(ActiveCpuIsa());
   switch (w.type) {
     case GgmlType::kF32:

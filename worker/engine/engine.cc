@@ -22,6 +22,7 @@
 #include "worker/sampling/sampler.h"
 #include "worker/select/selector.h"
 #include "worker/tp/communicator.h"
+#include "worker/tp/step_message.h"
 
 namespace tinyserve {
 
@@ -59,6 +60,12 @@ struct Sequence {
   bool finished = false;
   bool internal = false;         // health probes: not counted in metrics
   int64_t order = 0;             // admission order (preemption picks the newest)
+  // Tensor parallelism: followers key their copy of the policy by uid; announced once the
+  // spec was sent with the sequence's first step.
+  uint64_t uid = 0;
+  SelectionSpec spec;
+  uint64_t policy_seed = 0;
+  bool tp_announced = false;
 };
 
 }  // namespace
@@ -90,6 +97,16 @@ class Engine::Impl {
   int64_t next_order = 0;
   std::vector<float> logits;
 
+  // Tensor parallelism (rank 0 of a group; tp == nullptr otherwise). Engine thread only, but
+  // tp_status, guarded by mu, is read by Submit and TpStatus.
+  Communicator* tp = nullptr;
+  absl::Status tp_status;                 // guarded by mu
+  std::vector<uint64_t> tp_finished;      // sequences to drop on the followers
+  std::vector<int32_t> tp_reset_pages;    // pages allocated since the last step message
+  double tp_last_send = 0;                // NowSeconds() of the last message to the group
+  bool tp_shutdown_sent = false;
+  std::atomic<uint64_t> next_uid{1};
+
   absl::Status Validate(const GenerateRequest& r) const;
   void Loop();
   bool Step();  // false when there was nothing to do
@@ -101,6 +118,12 @@ class Engine::Impl {
   // Appends a sampled token and streams it; returns why the sequence ends, if it does.
   std::optional<FinishReason> Emit(Sequence& s, const SampleResult& r);
   void PublishStats();
+  // Tensor parallelism: send a message to the followers; a failure breaks the group.
+  absl::Status TpSend(const StepMessage& m);
+  void TpFail(const absl::Status& s);
+  bool TpFailed() const;
+  void TpHeartbeat();
+  void TpShutdown();
 };
 
 absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
@@ -134,6 +157,7 @@ void Engine::Impl::Finish(std::unique_ptr<Sequence>& s, FinishReason reason, abs
   if (s->finished) return;
   s->finished = true;
   FreePages(*s);
+  if (tp != nullptr && s->tp_announced) tp_finished.push_back(s->uid);
   const double now = NowSeconds();
   RequestUsage& u = s->usage;
   u.prompt_tokens = s->prompt_len;
@@ -203,6 +227,7 @@ bool Engine::Impl::EnsurePages(Sequence& s, int64_t upto) {
     const int32_t p = pages->Allocate();
     if (p < 0) return false;
     kv->ResetPage(p);
+    if (tp != nullptr) tp_reset_pages.push_back(p);
     s.pages.push_back(p);
   }
   return true;
@@ -329,6 +354,23 @@ bool Engine::Impl::Step() {
   };
   prune(running);
   prune(local_waiting);
+  if (TpFailed()) {
+    // The group is gone: nothing can run. Everything admitted or queued ends with the error.
+    absl::Status err;
+    std::deque<std::unique_ptr<Sequence>> queued;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      err = tp_status;
+      queued.swap(waiting);
+    }
+    for (auto& s : queued) Finish(s, FinishReason::kError, err);
+    for (auto& s : running) Finish(s, FinishReason::kError, err);
+    for (auto& s : local_waiting) Finish(s, FinishReason::kError, err);
+    running.clear();
+    local_waiting.clear();
+    PublishStats();
+    return false;
+  }
 
   // 2. Admission: preempted sequences first, then the queue, while pages and slots allow.
   while (static_cast<int>(running.size()) < opts.max_batch) {
@@ -363,6 +405,7 @@ bool Engine::Impl::Step() {
   int budget = std::max(opts.max_step_tokens, static_cast<int>(running.size()));
   std::vector<Sequence*> batch_seqs;
   std::vector<SeqInput> batch;
+  StepMessage tp_msg;  // the same batch for the followers (tensor parallelism)
   std::vector<int> chunk(running.size(), 0);
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < running.size(); ++i) {
@@ -408,6 +451,25 @@ bool Engine::Impl::Step() {
     }
     batch.push_back(in);
     batch_seqs.push_back(&s);
+    if (tp != nullptr) {
+      StepEntry e;
+      e.seq = s.uid;
+      e.tokens.assign(in.tokens, in.tokens + in.n);
+      e.start_pos = in.start_pos;
+      e.pages = s.pages;
+      e.all_logits = in.all_logits;
+      e.select = in.selector != nullptr;
+      e.begin_tokens = s.computed + 1;
+      e.prefill_done = s.policy && s.generated == 0 &&
+                       s.computed + in.n >= static_cast<int64_t>(s.tokens.size());
+      e.has_spec = !s.tp_announced;
+      if (e.has_spec) {
+        e.spec = s.spec;
+        e.seed = s.policy_seed;
+        s.tp_announced = true;
+      }
+      tp_msg.entries.push_back(std::move(e));
+    }
   }
   // Preempted sequences go back to the front of the local queue.
   for (auto& s : running)
@@ -418,9 +480,16 @@ bool Engine::Impl::Step() {
     return !running.empty();
   }
 
-  // 4. Forward.
+  // 4. Forward (tensor parallelism: the followers get the batch first and run it alongside).
   Stopwatch sw;
-  const absl::Status fs = runner->Forward(batch, kv.get(), &logits);
+  absl::Status fs;
+  if (tp != nullptr) {
+    tp_msg.finished.swap(tp_finished);
+    tp_msg.reset_pages.swap(tp_reset_pages);
+    fs = TpSend(tp_msg);
+  }
+  if (fs.ok()) fs = runner->Forward(batch, kv.get(), &logits);
+  if (!fs.ok() && tp != nullptr) TpFail(fs);
   const double step_s = sw.Seconds();
   int prefill_tokens = 0;
   for (auto& in : batch) prefill_tokens += in.n > 1 ? in.n : 0;
@@ -496,12 +565,19 @@ void Engine::Impl::Loop() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] {
+      const auto has_work = [&] {
         return stop || !waiting.empty() || !aborts.empty() || !running.empty() ||
                !local_waiting.empty();
-      });
+      };
+      if (tp != nullptr && tp_status.ok()) {
+        cv.wait_for(lock, std::chrono::duration<double>(opts.tp_heartbeat_seconds), has_work);
+      } else {
+        cv.wait(lock, has_work);
+      }
       if (stop && waiting.empty() && running.empty() && local_waiting.empty()) break;
     }
+    // Tensor parallelism: no message for a heartbeat period -> prove the group is alive.
+    if (tp != nullptr && NowSeconds() - tp_last_send >= opts.tp_heartbeat_seconds) TpHeartbeat();
     if (!Step()) {
       // Nothing runnable (e.g. waiting for pages that no one will free): avoid spinning.
       std::unique_lock<std::mutex> lock(mu);
@@ -509,6 +585,47 @@ void Engine::Impl::Loop() {
     }
   }
   PublishStats();
+}
+
+absl::Status Engine::Impl::TpSend(const StepMessage& m) {
+  if (TpFailed()) {
+    std::lock_guard<std::mutex> lock(mu);
+    return tp_status;
+  }
+  absl::Status s = SendStepMessage(tp, m);
+  if (s.ok() && m.kind == StepMessage::Kind::kHeartbeat) s = tp->Barrier();
+  tp_last_send = NowSeconds();
+  if (!s.ok()) TpFail(s);
+  return s;
+}
+
+void Engine::Impl::TpFail(const absl::Status& s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!tp_status.ok()) return;
+  tp_status = absl::UnavailableError(
+      absl::StrCat("tensor-parallel group failed (", s.ToString(), ")"));
+  TS_LOG(ERROR) << tp_status;
+}
+
+bool Engine::Impl::TpFailed() const {
+  if (tp == nullptr) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  return !tp_status.ok();
+}
+
+void Engine::Impl::TpHeartbeat() {
+  StepMessage m;
+  m.kind = StepMessage::Kind::kHeartbeat;
+  m.finished.swap(tp_finished);
+  (void)TpSend(m);
+}
+
+void Engine::Impl::TpShutdown() {
+  if (tp == nullptr || tp_shutdown_sent || TpFailed()) return;
+  tp_shutdown_sent = true;
+  StepMessage m;
+  m.kind = StepMessage::Kind::kShutdown;
+  (void)TpSend(m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -529,9 +646,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   const ModelConfig& mc = impl->source->config();
   impl->max_context = options.max_context > 0 ? std::min(options.max_context, mc.max_context)
                                               : mc.max_context;
-  if (options.tp_size != 1)
-    return absl::UnimplementedError("tensor parallelism is started through worker/tp");
+  if (options.tp_size != 1) {
+    Communicator* c = options.tp_comm;
+    if (c == nullptr || c->world_size() != options.tp_size || c->rank() != options.tp_rank)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tp_size ", options.tp_size, " needs tp_comm, a communicator of that size and rank"));
+    if (options.tp_rank != 0)
+      return absl::InvalidArgumentError(
+          "the engine is rank 0 of a tensor-parallel group; ranks > 0 run worker/tp/tp_follower");
+    if (!(options.tp_heartbeat_seconds > 0))
+      return absl::InvalidArgumentError("tp_heartbeat_seconds must be > 0");
+    impl->tp = c;
+  }
   RunnerOptions ro;
+  ro.rank = options.tp_rank;
+  ro.world_size = options.tp_size;
+  ro.comm = impl->tp;
   ro.pool = impl->pool.get();
   ro.max_positions = impl->max_context;
   TS_ASSIGN_OR_RETURN(impl->runner, TransformerRunner::Create(*impl->source, ro));
@@ -543,6 +673,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   impl->kv = std::make_unique<PagedKvCache>(impl->runner->MakeKvConfig(options.page_size, n_pages));
   impl->pages = std::make_unique<PagePool>(n_pages, options.page_size);
   TS_RETURN_IF_ERROR(ValidateSelectionSpec(options.default_selection, options.page_size));
+  if (impl->tp != nullptr) {
+    // Tell the followers the KV geometry, then wait until every rank has its cache.
+    TpHello hello;
+    hello.page_size = options.page_size;
+    hello.max_context = impl->max_context;
+    hello.kv_pages = n_pages;
+    hello.n_layers = mc.n_layers;
+    hello.vocab_size = mc.vocab_size;
+    TS_RETURN_IF_ERROR(BroadcastHello(impl->tp, &hello));
+    TS_RETURN_IF_ERROR(impl->tp->Barrier());
+    impl->tp_last_send = NowSeconds();
+  }
   impl->PublishStats();
   TS_LOG(INFO) << "loaded " << impl->source->Describe() << ": " << ArchName(mc.arch) << ", "
                << mc.n_layers << " layers, dim " << mc.dim << ", " << mc.n_heads << "/"
@@ -576,11 +718,15 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   ctx.kv_bytes_per_token_head_layer = 2 * ctx.head_dim * static_cast<int>(sizeof(fp16_t));
   ctx.seed = sp.seed;
   TS_ASSIGN_OR_RETURN(s->policy, CreatePolicy(spec, ctx));
+  s->uid = m.next_uid++;
+  s->spec = spec;
+  s->policy_seed = ctx.seed;
   s->req = std::move(request);
   s->sink = std::move(sink);
   {
     std::lock_guard<std::mutex> lock(m.mu);
     if (m.draining || m.stop) return absl::UnavailableError("the worker is draining");
+    if (!m.tp_status.ok()) return m.tp_status;
     if (static_cast<int>(m.waiting.size()) >= m.opts.max_queue && !s->internal)
       return absl::ResourceExhaustedError(
           absl::StrCat("queue full: ", m.waiting.size(), " requests waiting"));
@@ -627,6 +773,7 @@ void Engine::Stop() {
     while (impl_->Step()) {
     }
   }
+  impl_->TpShutdown();  // tensor parallelism: the followers return
 }
 
 void Engine::RunUntilIdle() {
@@ -644,6 +791,11 @@ void Engine::RunUntilIdle() {
 EngineStats Engine::Stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->stats;
+}
+
+absl::Status Engine::TpStatus() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->tp_status;
 }
 
 const ModelConfig& Engine::model_config() const { return impl_->runner->config(); }

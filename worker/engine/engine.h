@@ -29,6 +29,7 @@
 
 namespace tinyserve {
 
+class Communicator;
 class WeightSource;
 
 struct EngineOptions {
@@ -45,6 +46,12 @@ struct EngineOptions {
   bool prefix_caching = true;
   SelectionSpec default_selection;  // the server's policy; requests may override
   int tp_rank = 0, tp_size = 1;     // tensor parallelism (see worker/tp)
+  // Tensor parallelism (tp_size > 1): this engine is rank 0 of the group and tp_comm (not owned,
+  // must outlive the engine) is its communicator; ranks > 0 run worker/tp/tp_follower.h, which
+  // replays the steps this engine broadcasts. Idle engines send a heartbeat every
+  // tp_heartbeat_seconds so a dead rank is noticed (Engine::TpStatus) without traffic.
+  Communicator* tp_comm = nullptr;
+  double tp_heartbeat_seconds = 1.0;
 };
 
 enum class FinishReason { kLength, kEos, kStopToken, kStopString, kAbort, kDeadline, kError };
@@ -163,6 +170,9 @@ class Engine {
   int max_context() const;
   // A one-token forward on a scratch sequence: the deep health probe.
   absl::Status HealthProbe();
+  // OK unless the tensor-parallel group failed (a collective error or timeout: a rank died).
+  // Once failed, running requests end with the error and Submit returns Unavailable.
+  absl::Status TpStatus() const;
 
   class Impl;
 

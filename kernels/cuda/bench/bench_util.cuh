@@ -1,0 +1,105 @@
+// File: kernels/cuda/bench/bench_util.cuh
+// Helpers of the GPU benchmarks: random device fill (a hash, no cuRAND), event timing with the
+// median of N, JSON-lines output, and a little argument parsing.
+#pragma once
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dtype.cuh"
+
+namespace tinyserve::cuda::bench {
+
+__device__ inline uint32_t Hash(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+
+// out[i] = uniform [-scale, scale) from (seed, i).
+template <typename T>
+__global__ void FillUniformKernel(T* out, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float u = (Hash(seed * 0x9E3779B97F4A7C15ull + i) >> 8) * (1.0f / 16777216.0f);
+    out[i] = FromF32<T>((2.f * u - 1.f) * scale);
+  }
+}
+
+template <typename T>
+inline void FillUniform(T* out, int64_t n, uint64_t seed, float scale, cudaStream_t s = nullptr) {
+  FillUniformKernel<T><<<2048, 256, 0, s>>>(out, n, seed, scale);
+  TS_CUDA_CHECK(cudaGetLastError());
+}
+
+// Median of `reps` timings (ms) of fn on `stream`, after `warmup` untimed calls. fn(i) gets the
+// iteration index (to rotate buffers).
+inline double MedianMs(cudaStream_t stream, int warmup, int reps, const std::function<void(int)>& fn) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) TS_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    TS_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
+    fn(warmup + i);
+    TS_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
+  }
+  TS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) TS_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) TS_CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+// Appends JSON lines to a file (and echoes them to stdout).
+class JsonLines {
+ public:
+  explicit JsonLines(const std::string& path) {
+    if (!path.empty()) f_ = std::fopen(path.c_str(), "a");
+  }
+  ~JsonLines() {
+    if (f_) std::fclose(f_);
+  }
+  void Write(const char* fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    std::printf("%s\n", buf);
+    std::fflush(stdout);
+    if (f_) {
+      std::fprintf(f_, "%s\n", buf);
+      std::fflush(f_);
+    }
+  }
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+// --name value lookup; "" if absent.
+inline std::string Arg(int argc, char** argv, const char* name) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return "";
+}
+inline bool Flag(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return true;
+  return false;
+}
+
+}  // namespace tinyserve::cuda::bench

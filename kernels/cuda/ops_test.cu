@@ -1,0 +1,189 @@
+// GPU vs CPU tests of the elementwise kernels: norms, RoPE, SwiGLU, GELU, embedding, sampling.
+#include <random>
+#include <sstream>
+
+#include "kernels/cuda/activation.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/reference/ops_ref.h"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/sampling.cuh"
+#include "kernels/cuda/test_util.cuh"
+
+namespace tinyserve::cuda {
+namespace {
+
+using testing::AllClose;
+using testing::DeviceBuffer;
+using testing::Download;
+using testing::RandomRounded;
+using testing::Tol;
+using testing::Upload;
+
+class OpsTest : public testing::CudaTest {};
+
+std::string Cfg(const char* what, DType t, int a, int b) {
+  std::ostringstream o;
+  o << what << " " << DTypeName(t) << " " << a << "x" << b;
+  return o.str();
+}
+
+TEST_F(OpsTest, RmsNormAndLayerNorm) {
+  std::mt19937 rng(1);
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (int n : {64, 576, 2048}) {
+      const int rows = 5;
+      const auto x = RandomRounded(rng, t, size_t(rows) * n, -2, 2);
+      const auto res = RandomRounded(rng, t, size_t(rows) * n, -2, 2);
+      const auto w = RandomRounded(rng, t, n, 0.5f, 1.5f);
+      const auto bias = RandomRounded(rng, t, n, -0.5f, 0.5f);
+      DeviceBuffer xd, rd, wd, bd, od;
+      Upload(xd, t, x);
+      Upload(rd, t, res);
+      Upload(wd, t, w);
+      Upload(bd, t, bias);
+      od.Resize(x.size() * 2);
+      std::vector<float> want(x.size());
+      // Plain RMSNorm.
+      od.Poison();
+      ASSERT_EQ(RmsNorm(t, xd.get(), wd.get(), od.get(), nullptr, rows, n, 1e-5f, nullptr),
+                cudaSuccess);
+      ref::RmsNorm(x.data(), w.data(), want.data(), nullptr, rows, n, 1e-5f);
+      EXPECT_TRUE(AllClose(Cfg("rmsnorm", t, rows, n), Download(od.get(), t, x.size()), want,
+                           Tol(t), Tol(t)));
+      // Fused residual add.
+      od.Poison();
+      auto res_ref = res;
+      ASSERT_EQ(RmsNorm(t, xd.get(), wd.get(), od.get(), rd.get(), rows, n, 1e-5f, nullptr),
+                cudaSuccess);
+      ref::RmsNorm(x.data(), w.data(), want.data(), res_ref.data(), rows, n, 1e-5f);
+      EXPECT_TRUE(AllClose(Cfg("rmsnorm+res", t, rows, n), Download(od.get(), t, x.size()), want,
+                           2 * Tol(t), 2 * Tol(t)));
+      EXPECT_TRUE(AllClose(Cfg("rmsnorm residual", t, rows, n), Download(rd.get(), t, x.size()),
+                           res_ref, Tol(t), Tol(t)));
+      // LayerNorm.
+      od.Poison();
+      ASSERT_EQ(LayerNorm(t, xd.get(), wd.get(), bd.get(), od.get(), rows, n, 1e-5f, nullptr),
+                cudaSuccess);
+      ref::LayerNorm(x.data(), w.data(), bias.data(), want.data(), rows, n, 1e-5f);
+      EXPECT_TRUE(AllClose(Cfg("layernorm", t, rows, n), Download(od.get(), t, x.size()), want,
+                           Tol(t), Tol(t)));
+    }
+}
+
+TEST_F(OpsTest, RopeBothStyles) {
+  std::mt19937 rng(2);
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (int d : {64, 128})
+      for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+        const int tokens = 4, hq = 9, hkv = 3, stride = (hq + 2 * hkv) * d;  // fused QKV rows
+        auto qkv = RandomRounded(rng, t, size_t(tokens) * stride, -1, 1);
+        const std::vector<int32_t> pos = {0, 1, 4097, 131071};
+        DeviceBuffer buf, posd;
+        Upload(buf, t, qkv);
+        testing::UploadInts(posd, pos);
+        RopeParams p;
+        p.dtype = t;
+        p.q = buf.get();
+        p.q_stride = stride;
+        p.k = static_cast<char*>(buf.get()) + size_t(hq) * d * 2;
+        p.k_stride = stride;
+        p.positions = posd.get<int32_t>();
+        p.tokens = tokens;
+        p.num_q_heads = hq;
+        p.num_kv_heads = hkv;
+        p.head_dim = d;
+        p.theta = 10000.f;
+        p.style = style;
+        ASSERT_EQ(ApplyRope(p, nullptr), cudaSuccess) << LastLaunchError();
+        auto want = qkv;
+        for (int i = 0; i < tokens; ++i)
+          for (int h = 0; h < hq + hkv; ++h)
+            ref::RopeRow(want.data() + size_t(i) * stride + h * d, d, pos[i], 10000.0,
+                         style == RopeStyle::kAdjacentPairs);
+        EXPECT_TRUE(AllClose(Cfg(style == RopeStyle::kRotateHalf ? "rope half" : "rope adj", t, d,
+                                 tokens),
+                             Download(buf.get(), t, qkv.size()), want, Tol(t), Tol(t)));
+      }
+}
+
+TEST_F(OpsTest, SwiGluAndGelu) {
+  std::mt19937 rng(3);
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    const int rows = 3, n = 1000;
+    const auto gu = RandomRounded(rng, t, size_t(rows) * 2 * n, -4, 4);  // [rows][gate|up]
+    DeviceBuffer gud, od;
+    Upload(gud, t, gu);
+    od.Resize(size_t(rows) * n * 2);
+    od.Poison();
+    ASSERT_EQ(SwiGlu(t, gud.get(), 2 * n, static_cast<char*>(gud.get()) + size_t(n) * 2, 2 * n,
+                     od.get(), n, rows, n, nullptr),
+              cudaSuccess);
+    std::vector<float> want(size_t(rows) * n);
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < n; ++i)
+        want[r * n + i] = ref::Silu(gu[r * 2 * n + i]) * gu[r * 2 * n + n + i];
+    EXPECT_TRUE(AllClose(Cfg("swiglu", t, rows, n), Download(od.get(), t, want.size()), want,
+                         Tol(t), Tol(t)));
+    od.Poison();
+    ASSERT_EQ(GeluTanh(t, gud.get(), od.get(), int64_t{rows} * n, nullptr), cudaSuccess);
+    for (int i = 0; i < rows * n; ++i) want[i] = ref::GeluTanh(gu[i]);
+    EXPECT_TRUE(AllClose(Cfg("gelu", t, rows, n), Download(od.get(), t, want.size()), want,
+                         Tol(t), Tol(t)));
+  }
+}
+
+TEST_F(OpsTest, EmbeddingLookup) {
+  std::mt19937 rng(4);
+  const int vocab = 100, dim = 64;
+  const DType t = DType::kBF16;
+  const auto table = RandomRounded(rng, t, size_t(vocab) * dim, -1, 1);
+  const std::vector<int32_t> ids = {0, 99, 7, -1, 100, 42};
+  DeviceBuffer td, idd, od(ids.size() * dim * 2);
+  Upload(td, t, table);
+  testing::UploadInts(idd, ids);
+  od.Poison();
+  ASSERT_EQ(EmbeddingLookup(t, td.get(), idd.get<int32_t>(), od.get(), 6, vocab, dim, nullptr),
+            cudaSuccess);
+  std::vector<float> want(ids.size() * dim, 0.f);
+  for (size_t r = 0; r < ids.size(); ++r)
+    if (ids[r] >= 0 && ids[r] < vocab)
+      for (int e = 0; e < dim; ++e) want[r * dim + e] = table[size_t(ids[r]) * dim + e];
+  EXPECT_TRUE(AllClose("embedding", Download(od.get(), t, want.size()), want, 0, 0));
+}
+
+TEST_F(OpsTest, ArgmaxAndSoftmaxTopK) {
+  std::mt19937 rng(6);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const int rows = 4, vocab = 32000;
+    auto logits = RandomRounded(rng, t, size_t(rows) * vocab, -10, 10);
+    logits[5] = logits[77] = 50.f;               // row 0: a tie, lower index wins
+    logits[vocab + 31999] = 60.f;                // row 1: last element
+    logits[2 * vocab + 3] = NAN;                 // row 2: NaN never wins
+    DeviceBuffer ld, od(rows * 4), pd(size_t(rows) * vocab * 4);
+    Upload(ld, t, logits);
+    od.Poison();
+    ASSERT_EQ(ArgmaxRows(t, ld.get(), rows, vocab, od.get<int32_t>(), nullptr), cudaSuccess);
+    const auto got = testing::DownloadInts<int32_t>(od.get(), rows);
+    for (int r = 0; r < rows; ++r)
+      EXPECT_EQ(got[r], ref::Argmax(logits.data() + size_t(r) * vocab, vocab))
+          << DTypeName(t) << " row " << r;
+    for (int k : {0, 1, 40}) {
+      pd.Poison();
+      ASSERT_EQ(SoftmaxTopK(t, ld.get(), rows, vocab, 0.7f, k, pd.get<float>(), nullptr),
+                cudaSuccess);
+      std::vector<float> want(size_t(rows) * vocab);
+      for (int r = 0; r < rows; ++r) {
+        if (r == 2) continue;  // NaN row: only checked for the argmax
+        ref::SoftmaxTopK(logits.data() + size_t(r) * vocab, vocab, 0.7f, k,
+                         want.data() + size_t(r) * vocab);
+      }
+      auto probs = Download(pd.get(), DType::kF32, want.size());
+      std::fill(probs.begin() + 2 * vocab, probs.begin() + 3 * vocab, 0.f);
+      EXPECT_TRUE(AllClose(Cfg("softmax_topk", t, k, vocab), probs, want, 1e-4f, 1e-6f));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tinyserve::cuda

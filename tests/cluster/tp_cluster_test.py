@@ -1,0 +1,121 @@
+"""Process-level test of a tensor-parallel worker: `tinyserve worker --tp-size 2 --tp-launch local`
+(rank 0 serves, rank 1 is its child process, Gloo over loopback) behind a router, on stories260K.
+
+  python tp_cluster_test.py --binary build/bin/tinyserve --model PATH [unittest args]
+
+Checks: greedy tokens through the router equal a TP-1 worker's (one at a time and batched);
+after `kill -9` of rank 1 the group turns unhealthy within a bounded time, the router marks it
+down (tinyserve_router_worker_healthy 0) and stops sending to it, and rank 0 exits non-zero.
+"""
+import argparse
+import concurrent.futures
+import os
+import signal
+import sys
+import time
+import unittest
+
+import grpc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_lib as cl  # noqa: E402
+import cluster_test as ct  # noqa: E402  (request/generate helpers)
+
+ARGS = None
+
+# Bounds of the failure path: rank 0 notices a dead rank at its next collective (the idle
+# heartbeat every --tp-heartbeat s fails at once on a closed socket, else after --tp-timeout s)
+# or through waitpid; the router needs a few health intervals on top.
+TP_TIMEOUT_S = 5
+HEARTBEAT_S = 0.5
+UNHEALTHY_WITHIN_S = 15
+
+
+def children_of(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+class TensorParallelClusterTest(unittest.TestCase):
+    def setUp(self):
+        self.cluster = cl.Cluster(ARGS.binary, ARGS.model)
+        self.cluster.__enter__()
+
+    def tearDown(self):
+        failed = not getattr(self._outcome, "success", True)
+        self.cluster.__exit__(None, None, None)
+        if failed:
+            sys.stderr.write(self.cluster.logs())
+
+    def test_tp2_local_matches_tp1_and_dead_rank_goes_unhealthy(self):
+        tp1 = self.cluster.worker()
+        tp2 = self.cluster.worker("--tp-size", "2", "--tp-launch", "local", "--tp-timeout",
+                                  str(TP_TIMEOUT_S), "--tp-heartbeat", str(HEARTBEAT_S))
+        ranks = children_of(tp2.popen.pid)
+        self.assertEqual(len(ranks), 1, f"expected one child rank, got {ranks}")
+        r = self.cluster.router([tp2])
+
+        prompts = ct.PROMPTS[:6]
+        reqs = [ct.request(p, max_tokens=32, ignore_eos=True) for p in prompts]
+        want = [ct.generate(tp1.address, q, timeout=60) for q in reqs]
+        for i, res in enumerate(want):
+            self.assertEqual(res.code, grpc.StatusCode.OK, f"TP 1, request {i}: {res.details}")
+        # One at a time through the router, then all at once (batched steps).
+        for i, q in enumerate(reqs):
+            got = ct.generate(r.address, q, timeout=60)
+            self.assertEqual(got.code, grpc.StatusCode.OK, f"request {i}: {got.details}")
+            self.assertEqual(got.complete.worker, tp2.address)
+            self.assertEqual(got.ids, want[i].ids, f"request {i}: TP 2 differs from TP 1")
+        with concurrent.futures.ThreadPoolExecutor(len(reqs)) as pool:
+            batched = list(pool.map(lambda q: ct.generate(r.address, q, timeout=60), reqs))
+        for i, got in enumerate(batched):
+            self.assertEqual(got.code, grpc.StatusCode.OK, f"batched {i}: {got.details}")
+            self.assertEqual(got.ids, want[i].ids, f"batched {i}: TP 2 differs from TP 1")
+        healthy = lambda: cl.metric(r.metrics(), "tinyserve_router_worker_healthy",
+                                    worker=tp2.address)
+        self.assertEqual(healthy(), 1)
+
+        # kill -9 rank 1: the group must go unhealthy within a bounded time.
+        started = time.time()
+        os.kill(ranks[0], signal.SIGKILL)
+        self.assertTrue(cl.wait_for(lambda: healthy() == 0, UNHEALTHY_WITHIN_S),
+                        f"router still marks the group up after {UNHEALTHY_WITHIN_S} s")
+        took = time.time() - started
+        sys.stderr.write(f"\ngroup marked unhealthy by the router {took:.2f} s after kill -9\n")
+        # The router stops sending to it: nothing healthy is left, so requests fail fast.
+        res = ct.generate(r.address, ct.request("Once upon a time", max_tokens=4), timeout=10)
+        self.assertNotEqual(res.code, grpc.StatusCode.OK)
+        self.assertNotEqual(res.code, grpc.StatusCode.DEADLINE_EXCEEDED, res.details)
+        ok_before = cl.metric(r.metrics(), "tinyserve_router_requests_total",
+                              worker=tp2.address, outcome="ok")
+        self.assertEqual(ok_before, len(reqs) * 2)
+        # Rank 0 drains and exits non-zero (a supervisor restarts the whole group).
+        self.assertEqual(tp2.wait(timeout=20), 1)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--model", required=True)
+    ARGS, rest = parser.parse_known_args()
+    if not os.path.exists(ARGS.model):
+        print(f"model {ARGS.model} not found; skipping")
+        return 0
+    ct.S = cl.stubs()
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
