@@ -15,10 +15,15 @@ namespace internal {
 // Compile-time tile of the attend kernel.
 // \tparam T   cache element type (16-bit)
 // \tparam kD  head dim
-template <typename T, int kD>
+// \tparam kG  register capacity for the GQA group (4 or 8): the group G <= kG. With kG = 4 each
+//             thread owns two 16-byte columns of a row (kVecs = 2), so a row is reduced over half
+//             as many lanes and each thread handles half as many rows: 2.7x fewer QK shuffles.
+template <typename T, int kD, int kG>
 struct AttendTile {
   static constexpr int kThreads = 128;
-  static constexpr int kChunks = kD / 8;                  // 16-byte vectors per token row
+  static constexpr int kMinCtas = 3;                      // per SM: caps registers at 170
+  static constexpr int kVecs = kG <= 4 ? 2 : 1;           // 16-byte columns per thread and row
+  static constexpr int kChunks = kD / (8 * kVecs);        // lanes per token row
   static constexpr int kRowGroups = kThreads / kChunks;   // rows processed side by side
   static constexpr int kTileTokens = 4096 / kD;           // 8 KB of K (and of V) per stage
   static constexpr int kRowsPerThread = kTileTokens / kRowGroups;
@@ -28,10 +33,12 @@ struct AttendTile {
   static constexpr size_t kScoreBytes = sizeof(float) * kMaxGqaGroup * kTileTokens;
   static constexpr size_t kSmemBytes = kKvBytes + kScoreBytes + sizeof(float) * 3 * kMaxGqaGroup;
   static_assert(sizeof(T) == 2, "16-bit caches only");
-  static_assert(kD % 8 == 0 && kThreads % kChunks == 0, "a row must split into lane vectors");
+  static_assert(kG == 4 || kG == 8, "group capacity 4 or 8");
+  static_assert(kD % (8 * kVecs) == 0 && kThreads % kChunks == 0,
+                "a row must split into lane vectors");
   static_assert(kChunks <= 32 && 32 % kChunks == 0, "a row group must sit inside one warp");
   static_assert(kRowsPerThread * kRowGroups == kTileTokens, "rows must split evenly");
-  static_assert(sizeof(float) * kRowGroups * kMaxGqaGroup * kD <= kKvBytes,
+  static_assert(sizeof(float) * kRowGroups * kG * kD <= kKvBytes,
                 "the final cross-row-group reduction reuses the K/V stage buffers");
 };
 
@@ -56,12 +63,14 @@ struct AttendArgs {
 
 // One CTA per (split, kv head, sequence): online softmax over its share of the page list for all
 // the group's query heads at once, so each K/V tile is loaded once for the group.
-// Thread (rg, c): c = 16-byte column of a row, rg = row group; it owns columns [8c, 8c+8) of the
-// output of every group head, for the rows rg, rg + kRowGroups, ... of each tile.
-template <typename T, int kD>
-__global__ void __launch_bounds__(AttendTile<T, kD>::kThreads)
+// Thread (rg, c): c = lane within a row, rg = row group; it owns the 16-byte columns c + v*kChunks
+// (v < kVecs), i.e. elements [8(c + v*kChunks), +8), of the output of every group head, for the
+// rows rg, rg + kRowGroups, ... of each tile. Consecutive lanes read consecutive 16-byte vectors.
+template <typename T, int kD, int kG>
+__global__ void __launch_bounds__(AttendTile<T, kD, kG>::kThreads, AttendTile<T, kD, kG>::kMinCtas)
     PagedAttendKernel(const AttendArgs a) {
-  using Tile = AttendTile<T, kD>;
+  using Tile = AttendTile<T, kD, kG>;
+  constexpr int kV = Tile::kVecs, kE = 8 * kV;                   // vectors, elements per thread
   extern __shared__ __align__(16) unsigned char smem[];
   T* ks = reinterpret_cast<T*>(smem);                            // [kStages][kTileTokens][kD]
   T* vs = ks + Tile::kStages * Tile::kStageElems;                // [kStages][kTileTokens][kD]
@@ -102,8 +111,8 @@ __global__ void __launch_bounds__(AttendTile<T, kD>::kThreads)
   auto load_tile = [&](int it, int stage) {
     const T* kc = static_cast<const T*>(a.k_cache);
     const T* vc = static_cast<const T*>(a.v_cache);
-    for (int id = tid; id < Tile::kTileTokens * Tile::kChunks; id += Tile::kThreads) {
-      const int r = id / Tile::kChunks, cc = id % Tile::kChunks;
+    for (int id = tid; id < Tile::kTileTokens * (kD / 8); id += Tile::kThreads) {
+      const int r = id / (kD / 8), cc = id % (kD / 8);
       const bool ok = row_valid(it, r);
       // Invalid rows are zero-filled, never read: stale slots may hold anything, even NaN.
       const int64_t off =
@@ -115,20 +124,27 @@ __global__ void __launch_bounds__(AttendTile<T, kD>::kThreads)
     }
   };
 
-  float qr[kMaxGqaGroup][8];
-  float acc[kMaxGqaGroup][8];
+  // Element e of a thread's kE is column col(e) = 8 * (c + (e / 8) * kChunks) + e % 8.
+  auto col = [&](int v) { return 8 * (c + v * Tile::kChunks); };
+  float qr[kG][kE];
+  float acc[kG][kE];
   {
-    const T* q = static_cast<const T*>(a.q) + b * a.q_stride + (g * G) * kD + c * 8;
+    const T* q = static_cast<const T*>(a.q) + b * a.q_stride + (g * G) * kD;
 #pragma unroll
-    for (int j = 0; j < kMaxGqaGroup; ++j) {
-      if (j < G) {
-        Unpack8<T>(*reinterpret_cast<const uint4*>(q + j * kD), qr[j]);
-      } else {
+    for (int j = 0; j < kG; ++j) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) qr[j][e] = 0.f;
+      for (int v = 0; v < kV; ++v) {
+        float* qv = &qr[j][8 * v];
+        if (j < G) {
+          Unpack8<T>(*reinterpret_cast<const uint4*>(q + j * kD + col(v)),
+                     *reinterpret_cast<float(*)[8]>(qv));
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) qv[e] = 0.f;
+        }
       }
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < kE; ++e) {
         qr[j][e] *= a.scale_log2;
         acc[j][e] = 0.f;
       }
@@ -157,15 +173,18 @@ __global__ void __launch_bounds__(AttendTile<T, kD>::kThreads)
 #pragma unroll
     for (int i = 0; i < Tile::kRowsPerThread; ++i) {
       const int r = rg + i * Tile::kRowGroups;
-      float kv[8];
-      Unpack8<T>(*reinterpret_cast<const uint4*>(kt + r * kD + c * 8), kv);
+      float kv[kE];
+#pragma unroll
+      for (int v = 0; v < kV; ++v)
+        Unpack8<T>(*reinterpret_cast<const uint4*>(kt + r * kD + col(v)),
+                   *reinterpret_cast<float(*)[8]>(&kv[8 * v]));
       const bool ok = row_valid(it, r);
 #pragma unroll
-      for (int j = 0; j < kMaxGqaGroup; ++j) {
+      for (int j = 0; j < kG; ++j) {
         if (j < G) {
           float s = 0.f;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) s = fmaf(qr[j][e], kv[e], s);
+          for (int e = 0; e < kE; ++e) s = fmaf(qr[j][e], kv[e], s);
           s = GroupSum<Tile::kChunks>(s);
           if (c == 0) sc[j * Tile::kTileTokens + r] = ok ? s : -INFINITY;
         }
@@ -202,24 +221,27 @@ __global__ void __launch_bounds__(AttendTile<T, kD>::kThreads)
 
     // acc = acc * alpha + P V over this thread's rows and columns.
 #pragma unroll
-    for (int j = 0; j < kMaxGqaGroup; ++j) {
+    for (int j = 0; j < kG; ++j) {
       if (j < G) {
         const float al = alpha[j];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[j][e] *= al;
+        for (int e = 0; e < kE; ++e) acc[j][e] *= al;
       }
     }
 #pragma unroll
     for (int i = 0; i < Tile::kRowsPerThread; ++i) {
       const int r = rg + i * Tile::kRowGroups;
-      float vv[8];
-      Unpack8<T>(*reinterpret_cast<const uint4*>(vt + r * kD + c * 8), vv);
+      float vv[kE];
 #pragma unroll
-      for (int j = 0; j < kMaxGqaGroup; ++j) {
+      for (int v = 0; v < kV; ++v)
+        Unpack8<T>(*reinterpret_cast<const uint4*>(vt + r * kD + col(v)),
+                   *reinterpret_cast<float(*)[8]>(&vv[8 * v]));
+#pragma unroll
+      for (int j = 0; j < kG; ++j) {
         if (j < G) {
           const float pr = sc[j * Tile::kTileTokens + r];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[j][e] = fmaf(pr, vv[e], acc[j][e]);
+          for (int e = 0; e < kE; ++e) acc[j][e] = fmaf(pr, vv[e], acc[j][e]);
         }
       }
     }
@@ -229,14 +251,17 @@ __global__ void __launch_bounds__(AttendTile<T, kD>::kThreads)
   __syncthreads();
 
   // Sum the row groups' partial accumulators (reusing the stage buffers), write the split.
-  float* red = reinterpret_cast<float*>(smem);  // [kRowGroups][kMaxGqaGroup][kD]
+  float* red = reinterpret_cast<float*>(smem);  // [kRowGroups][kG][kD]
 #pragma unroll
-  for (int j = 0; j < kMaxGqaGroup; ++j) {
+  for (int j = 0; j < kG; ++j) {
     if (j < G) {
-      float* dst = red + (rg * kMaxGqaGroup + j) * kD + c * 8;
-      *reinterpret_cast<float4*>(dst) = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
-      *reinterpret_cast<float4*>(dst + 4) =
-          make_float4(acc[j][4], acc[j][5], acc[j][6], acc[j][7]);
+#pragma unroll
+      for (int v = 0; v < kV; ++v) {
+        float* dst = red + (rg * kG + j) * kD + col(v);
+        const float* x = &acc[j][8 * v];
+        *reinterpret_cast<float4*>(dst) = make_float4(x[0], x[1], x[2], x[3]);
+        *reinterpret_cast<float4*>(dst + 4) = make_float4(x[4], x[5], x[6], x[7]);
+      }
     }
   }
   __syncthreads();
@@ -244,7 +269,7 @@ __global__ void __launch_bounds__(AttendTile<T, kD>::kThreads)
     const int j = i / kD, d = i % kD;
     float s = 0.f;
 #pragma unroll 4
-    for (int r = 0; r < Tile::kRowGroups; ++r) s += red[(r * kMaxGqaGroup + j) * kD + d];
+    for (int r = 0; r < Tile::kRowGroups; ++r) s += red[(r * kG + j) * kD + d];
     const int64_t row = (static_cast<int64_t>(b) * hq + g * G + j) * a.splits + split;
     a.partial_o[row * kD + d] = s;
   }
@@ -344,19 +369,19 @@ cudaError_t Validate(const DecodeAttentionParams& p, bool quest) {
   return cudaSuccess;
 }
 
-template <typename T, int kD>
+template <typename T, int kD, int kG>
 cudaError_t LaunchAttend(const AttendArgs& a, int batch, int num_q_heads, void* out,
                          int64_t out_stride, cudaStream_t stream) {
-  using Tile = AttendTile<T, kD>;
+  using Tile = AttendTile<T, kD, kG>;
   static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory budget");
   // Once per instantiation (and so outside any later graph capture): above 48 KB a kernel's
   // dynamic shared memory must be opted into.
   static const cudaError_t attr = cudaFuncSetAttribute(
-      PagedAttendKernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      PagedAttendKernel<T, kD, kG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
       static_cast<int>(Tile::kSmemBytes));
   if (attr != cudaSuccess) return attr;
   const dim3 grid(a.splits, a.layout.num_kv_heads, batch);
-  PagedAttendKernel<T, kD><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
+  PagedAttendKernel<T, kD, kG><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
   TS_RETURN_LAUNCH_ERROR();
   MergeSplitsKernel<T><<<dim3(num_q_heads, batch), kD, 0, stream>>>(
       a.partial_o, a.partial_ml, a.splits, kD, static_cast<T*>(out), out_stride);
@@ -386,7 +411,9 @@ cudaError_t RunAttend(const DecodeAttentionParams& p, const DecodeWorkspace& ws,
   a.partial_ml = ws.partial_ml;
   return TS_DISPATCH_DTYPE16(p.dtype, T, [&] {
     return TS_DISPATCH_HEAD_DIM(p.layout.head_dim, kD, [&] {
-      return LaunchAttend<T, kD>(a, p.batch, p.num_q_heads, p.out, p.out_stride, stream);
+      return a.group <= 4
+                 ? LaunchAttend<T, kD, 4>(a, p.batch, p.num_q_heads, p.out, p.out_stride, stream)
+                 : LaunchAttend<T, kD, 8>(a, p.batch, p.num_q_heads, p.out, p.out_stride, stream);
     });
   });
 }

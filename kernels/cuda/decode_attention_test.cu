@@ -144,7 +144,8 @@ std::vector<Shape> Shapes() {
       for (const auto& h : gqa)
         for (int P : {8, 16, 32}) {
           if (t == DType::kBF16 && P == 8) continue;  // keep the grid modest
-          v.push_back(Shape{t, d, h[0], h[1], P, {1, 3 * P + 1, 40 * P - 5, 613}});
+          // 260 * P + 3 tokens: 261 pages, more than one 256-key chunk of selection compaction.
+          v.push_back(Shape{t, d, h[0], h[1], P, {1, 3 * P + 1, 40 * P - 5, 613, 260 * P + 3}});
         }
   return v;
 }

@@ -94,9 +94,15 @@ __device__ inline void BlockRadixSelect(const uint32_t* keys, int n, int k, uint
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const uint32_t key = keys[i];
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
+    // Warp-aggregated counts: scores of one magnitude share their top key bits, so without this
+    // most lanes of a warp hit the same bin and their shared atomics serialise.
+    for (int base = 0; base < n; base += blockDim.x) {  // warp-uniform trip count
+      const int i = base + threadIdx.x;
+      const uint32_t key = i < n ? keys[i] : 0u;
+      const bool hit = i < n && (key & mask) == prefix;
+      const uint32_t bin = (key >> shift) & 255u;
+      const unsigned peers = __match_any_sync(0xffffffffu, hit ? bin : 0xffffffffu);
+      if (hit && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
     }
     __syncthreads();
     if (threadIdx.x < 32) {

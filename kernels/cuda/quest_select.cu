@@ -60,31 +60,47 @@ __device__ void ScorePages(const SelectArgs& a, int b, int g, int j0, int j1, Si
   const int32_t* table = a.page_indices + a.page_indptr[b];
   const T* kmin = static_cast<const T*>(a.kmin);
   const T* kmax = static_cast<const T*>(a.kmax);
+  // kPagesPerThread pages per thread per iteration: their page-table loads, then their box loads,
+  // are all issued before any is used, so one iteration costs two memory latencies, not 2 per page.
+  constexpr int kPagesPerThread = 4;
   // Every thread runs the same number of iterations: the shuffles below need all 32 lanes.
-  for (int base = j0; base < j1; base += rows) {
-    const int j = base + row;
-    const bool active = j < j1;
-    float mn[8], mx[8];
-    if (active) {
-      const int64_t off = a.layout.MetaOffset(table[j], g) + c * 8;
-      Unpack8<T>(*reinterpret_cast<const uint4*>(kmin + off), mn);
-      Unpack8<T>(*reinterpret_cast<const uint4*>(kmax + off), mx);
-    } else {
+  for (int base = j0; base < j1; base += rows * kPagesPerThread) {
+    int32_t pid[kPagesPerThread];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) mn[e] = mx[e] = 0.f;
+    for (int u = 0; u < kPagesPerThread; ++u) {
+      const int j = base + u * rows + row;
+      pid[u] = j < j1 ? table[j] : 0;
     }
-    float agg = a.aggregation == GqaAggregation::kKvMax ? -INFINITY : 0.f;
+    uint4 mnv[kPagesPerThread], mxv[kPagesPerThread];
 #pragma unroll
-    for (int h = 0; h < kMaxGqaGroup; ++h) {
-      if (h < G) {
-        float u = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) u += fmaxf(qr[h][e] * mn[e], qr[h][e] * mx[e]);
-        u = GroupSum<kChunks>(u);
-        agg = a.aggregation == GqaAggregation::kKvMax ? fmaxf(agg, u) : agg + u;
+    for (int u = 0; u < kPagesPerThread; ++u) {
+      if (base + u * rows + row < j1) {
+        const int64_t off = a.layout.MetaOffset(pid[u], g) + c * 8;
+        mnv[u] = *reinterpret_cast<const uint4*>(kmin + off);
+        mxv[u] = *reinterpret_cast<const uint4*>(kmax + off);
+      } else {
+        mnv[u] = mxv[u] = make_uint4(0u, 0u, 0u, 0u);  // unpacks to 0.f (f16 and bf16)
       }
     }
-    if (active && c == 0) sink(j, agg);
+#pragma unroll
+    for (int u = 0; u < kPagesPerThread; ++u) {
+      const int j = base + u * rows + row;
+      float mn[8], mx[8];
+      Unpack8<T>(mnv[u], mn);
+      Unpack8<T>(mxv[u], mx);
+      float agg = a.aggregation == GqaAggregation::kKvMax ? -INFINITY : 0.f;
+#pragma unroll
+      for (int h = 0; h < kMaxGqaGroup; ++h) {
+        if (h < G) {
+          float s = 0.f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) s += fmaxf(qr[h][e] * mn[e], qr[h][e] * mx[e]);
+          s = GroupSum<kChunks>(s);
+          agg = a.aggregation == GqaAggregation::kKvMax ? fmaxf(agg, s) : agg + s;
+        }
+      }
+      if (j < j1 && c == 0) sink(j, agg);
+    }
   }
 }
 
@@ -154,20 +170,24 @@ __global__ void __launch_bounds__(kSelectThreads) QuestSelectKernel(const Select
   uint32_t thr;
   int need_eq;
   BlockRadixSelect(keys, m, k, &thr, &need_eq);
-  // Compaction in ascending page order: keys > thr, and the first need_eq keys == thr.
-  int sel_base = 0, eq_base = 0;
+  // Compaction in ascending page order: keys > thr, and the first need_eq keys == thr. One scan
+  // per chunk counts both kinds at once (gt in the low 16 bits, eq in the high: <= 256 each).
+  // Before key i there are gt_before keys > thr and eq_rank keys == thr, of which
+  // min(eq_rank, need_eq) are selected, so its output position is their sum.
+  int gt_base = 0, eq_base = 0;
   for (int base = 0; base < m; base += blockDim.x) {
     const int i = base + threadIdx.x;
     const uint32_t key = i < m ? keys[i] : 0u;
     const bool gt = i < m && key > thr;
     const bool eq = i < m && key == thr;
-    int eq_total, sel_total;
-    const int eq_rank = eq_base + BlockExclusiveScan(eq ? 1 : 0, &eq_total, scan_scratch);
+    int total;
+    const int before = BlockExclusiveScan((gt ? 1 : 0) | (eq ? 1 << 16 : 0), &total, scan_scratch);
+    const int gt_before = gt_base + (before & 0xffff);
+    const int eq_rank = eq_base + (before >> 16);
     const bool sel = gt || (eq && eq_rank < need_eq);
-    const int pos = sel_base + BlockExclusiveScan(sel ? 1 : 0, &sel_total, scan_scratch);
-    if (sel) emit(lo + pos, lo + i);
-    eq_base += eq_total;
-    sel_base += sel_total;
+    if (sel) emit(lo + gt_before + min(eq_rank, need_eq), lo + i);
+    gt_base += total & 0xffff;
+    eq_base += total >> 16;
   }
 }
 
