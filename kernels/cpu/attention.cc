@@ -81,6 +81,37 @@ __attribute__((target("avx2,fma,f16c"))) inline void AxpyF16(float* acc, float w
   }
 }
 
+// dot(q, k) with k in int8 (unscaled); d % 8 == 0.
+__attribute__((target("avx2,fma"))) inline float DotI8(const float* q, const int8_t* k, int d) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= d; i += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i));
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
+                           acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8),
+                           _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), acc1);
+  }
+  for (; i < d; i += 8)
+    acc0 = _mm256_fmadd_ps(
+        _mm256_loadu_ps(q + i),
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(k + i)))),
+        acc0);
+  return HorizontalSum(_mm256_add_ps(acc0, acc1));
+}
+
+// acc[d] += w * v[d] with v in int8 (w carries the scale).
+__attribute__((target("avx2,fma"))) inline void AxpyI8(float* acc, float w, const int8_t* v,
+                                                       int d) {
+  const __m256 wv = _mm256_set1_ps(w);
+  for (int i = 0; i < d; i += 8) {
+    __m256 x = _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + i))));
+    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, x, _mm256_loadu_ps(acc + i)));
+  }
+}
+
 __attribute__((target("avx2,fma"))) inline void ScaleRow(float* acc, float c, int d) {
   const __m256 cv = _mm256_set1_ps(c);
   for (int i = 0; i < d; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(cv, _mm256_loadu_ps(acc + i)));
@@ -90,6 +121,12 @@ __attribute__((target("avx2,fma"))) inline void ScaleRow(float* acc, float c, in
 inline float DotF16Scalar(const float* q, const fp16_t* k, int d) {
   float s = 0;
   for (int i = 0; i < d; ++i) s += q[i] * Fp16ToFloat(k[i]);
+  return s;
+}
+
+inline float DotI8Scalar(const float* q, const int8_t* k, int d) {
+  float s = 0;
+  for (int i = 0; i < d; ++i) s += q[i] * static_cast<float>(k[i]);
   return s;
 }
 
@@ -109,6 +146,7 @@ void AttendImpl(const float* q, int n_q, int d, const KvSpan* spans, int n_spans
   }
   std::memset(out, 0, sizeof(float) * n_q * d);
   float s[kMaxQ][kBlock];
+  thread_local std::vector<float> qs;  // int8 spans: the scaled query [n_q][d]
   int64_t total = 0;
   for (int i = 0; i < n_spans; ++i) total += spans[i].n;
   int64_t pos = 0;
@@ -117,20 +155,42 @@ void AttendImpl(const float* q, int n_q, int d, const KvSpan* spans, int n_spans
     for (int j0 = 0; j0 < span.n; j0 += kBlock) {
       const int nb = std::min(kBlock, span.n - j0);
       // Scores of the block for every query head.
-      for (int j = 0; j < nb; ++j) {
-        const fp16_t* k = span.k + static_cast<size_t>(j0 + j) * d;
-        for (int g = 0; g < n_q; ++g) {
-          float dot;
+      if (span.type == KvSpanType::kInt8) {
+        // The query with the span's K channel scales and the softmax scale folded in.
+        if (j0 == 0) {
+          qs.resize(static_cast<size_t>(n_q) * d);
+          for (int g = 0; g < n_q; ++g)
+            for (int i = 0; i < d; ++i)
+              qs[g * d + i] = q[g * d + i] * (span.k_scales[i] * opt.scale);
+        }
+        for (int j = 0; j < nb; ++j) {
+          const int8_t* k = span.k8 + static_cast<size_t>(j0 + j) * d;
+          for (int g = 0; g < n_q; ++g) {
 #if defined(__x86_64__)
-          if constexpr (kUseSimd) {
-            dot = DotF16(q + g * d, k, d);
-          } else {
-            dot = DotF16Scalar(q + g * d, k, d);
-          }
-#else
-          dot = DotF16Scalar(q + g * d, k, d);
+            if constexpr (kUseSimd) {
+              s[g][j] = DotI8(&qs[g * d], k, d);
+              continue;
+            }
 #endif
-          s[g][j] = dot * opt.scale;
+            s[g][j] = DotI8Scalar(&qs[g * d], k, d);
+          }
+        }
+      } else {
+        for (int j = 0; j < nb; ++j) {
+          const fp16_t* k = span.k + static_cast<size_t>(j0 + j) * d;
+          for (int g = 0; g < n_q; ++g) {
+            float dot;
+#if defined(__x86_64__)
+            if constexpr (kUseSimd) {
+              dot = DotF16(q + g * d, k, d);
+            } else {
+              dot = DotF16Scalar(q + g * d, k, d);
+            }
+#else
+            dot = DotF16Scalar(q + g * d, k, d);
+#endif
+            s[g][j] = dot * opt.scale;
+          }
         }
       }
       if (opt.scores_out != nullptr)
@@ -162,6 +222,23 @@ void AttendImpl(const float* q, int n_q, int d, const KvSpan* spans, int n_spans
         }
       }
       // Accumulate V weighted by the probabilities; each V row is read once for the group.
+      if (span.type == KvSpanType::kInt8) {
+        for (int j = 0; j < nb; ++j) {
+          const int8_t* v = span.v8 + static_cast<size_t>(j0 + j) * d;
+          for (int g = 0; g < n_q; ++g) {
+            const float w = s[g][j] * span.v_scale;
+            float* acc = out + g * d;
+#if defined(__x86_64__)
+            if constexpr (kUseSimd) {
+              AxpyI8(acc, w, v, d);
+              continue;
+            }
+#endif
+            for (int i = 0; i < d; ++i) acc[i] += w * static_cast<float>(v[i]);
+          }
+        }
+        continue;
+      }
       for (int j = 0; j < nb; ++j) {
         const fp16_t* v = span.v + static_cast<size_t>(j0 + j) * d;
 #if defined(__x86_64__)
@@ -211,6 +288,22 @@ void AttendSpans(const float* q, int n_q, int head_dim, const KvSpan* spans, int
   }
 }
 
+namespace {
+
+// Element i of row j of a span's K or V, as attention reads it.
+inline double SpanK(const KvSpan& s, int j, int i, int d) {
+  const size_t x = static_cast<size_t>(j) * d + i;
+  return s.type == KvSpanType::kInt8 ? static_cast<double>(static_cast<float>(s.k8[x]) * s.k_scales[i])
+                                     : static_cast<double>(Fp16ToFloat(s.k[x]));
+}
+inline double SpanV(const KvSpan& s, int j, int i, int d) {
+  const size_t x = static_cast<size_t>(j) * d + i;
+  return s.type == KvSpanType::kInt8 ? static_cast<double>(static_cast<float>(s.v8[x]) * s.v_scale)
+                                     : static_cast<double>(Fp16ToFloat(s.v[x]));
+}
+
+}  // namespace
+
 void AttendSpansReference(const float* q, int n_q, int d, const KvSpan* spans, int n_spans,
                           const AttendOptions& opt, float* out) {
   // Materialize all tokens, softmax in double, weighted sum.
@@ -223,7 +316,7 @@ void AttendSpansReference(const float* q, int n_q, int d, const KvSpan* spans, i
       for (int j = 0; j < spans[si].n; ++j) {
         double dot = 0;
         for (int i = 0; i < d; ++i)
-          dot += static_cast<double>(q[g * d + i]) * Fp16ToFloat(spans[si].k[j * d + i]);
+          dot += static_cast<double>(q[g * d + i]) * SpanK(spans[si], j, i, d);
         sc.push_back(dot * opt.scale);
       }
     if (opt.scores_out != nullptr)
@@ -236,7 +329,7 @@ void AttendSpansReference(const float* q, int n_q, int d, const KvSpan* spans, i
     int64_t t = 0;
     for (int si = 0; si < n_spans; ++si)
       for (int j = 0; j < spans[si].n; ++j, ++t)
-        for (int i = 0; i < d; ++i) acc[i] += sc[t] * Fp16ToFloat(spans[si].v[j * d + i]);
+        for (int i = 0; i < d; ++i) acc[i] += sc[t] * SpanV(spans[si], j, i, d);
     for (int i = 0; i < d; ++i) out[g * d + i] = l > 0 ? static_cast<float>(acc[i] / l) : 0.0f;
     if (opt.lse_out != nullptr)
       opt.lse_out[g] = l > 0 ? static_cast<float>(m + std::log(l))

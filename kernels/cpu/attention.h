@@ -1,10 +1,12 @@
 // File: kernels/cpu/attention.h
-// Exact decode/prefill attention on the CPU over spans of an fp16 paged KV cache.
+// Exact decode/prefill attention on the CPU over spans of an fp16 or int8 paged KV cache.
 //
 // One call handles the n_q query heads that share one KV head (a GQA group) against any set of
 // token spans (whole pages, partial pages, or a selection of pages): online softmax in fp32, so
 // the result equals softmax over exactly the union of the spans' tokens, whatever their order.
-// K/V rows are converted from fp16 with F16C where the CPU has it (chosen at run time).
+// K/V rows are converted from fp16 with F16C where the CPU has it (chosen at run time); int8
+// rows are widened with AVX2; their scales are folded into the query (per-channel K scales, once
+// per span) and the softmax weight (V), so an int8 span costs no more passes than an fp16 one.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +15,31 @@
 
 namespace tinyserve {
 
+enum class KvSpanType : uint8_t { kF16, kInt8 };
+
+// n tokens of K and V rows. kF16 reads k/v; kInt8 reads k8/v8 with element values
+// k8[j][i] * k_scales[i] and v8[j][i] * v_scale.
 struct KvSpan {
   const fp16_t* k = nullptr;  // [n][head_dim]
   const fp16_t* v = nullptr;  // [n][head_dim]
   int n = 0;
+  KvSpanType type = KvSpanType::kF16;
+  const int8_t* k8 = nullptr;  // [n][head_dim]
+  const int8_t* v8 = nullptr;  // [n][head_dim]
+  const float* k_scales = nullptr;  // [head_dim]
+  float v_scale = 0.0f;
+
+  static KvSpan Int8(const int8_t* k8, const float* k_scales, const int8_t* v8, float v_scale,
+                     int n) {
+    KvSpan s;
+    s.n = n;
+    s.type = KvSpanType::kInt8;
+    s.k8 = k8;
+    s.v8 = v8;
+    s.k_scales = k_scales;
+    s.v_scale = v_scale;
+    return s;
+  }
 };
 
 struct AttendOptions {

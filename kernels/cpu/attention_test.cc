@@ -73,5 +73,93 @@ TEST(AttendSpans, OrderOfSpansDoesNotMatter) {
   for (int i = 0; i < d; ++i) EXPECT_NEAR(o1[i], o2[i], 1e-5f);
 }
 
+// int8 spans (mixed with fp16 ones, odd lengths) against the reference, SIMD and scalar alike
+// (the scalar path is what TINYSERVE_ATTENTION_ISA=scalar runs).
+TEST(AttendSpans, Int8SpansMatchReference) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0, 1.5f);
+  std::uniform_int_distribution<int> qd(-127, 127);
+  for (const Case& c : {Case{1, 8, {1}}, Case{3, 64, {16, 16, 5}}, Case{4, 128, {7, 33, 16}},
+                        Case{9, 64, {16, 1, 16, 16, 16, 40}}, Case{5, 24, {3, 17}}}) {
+    std::vector<float> q(c.n_q * c.d);
+    for (auto& x : q) x = nd(rng);
+    std::vector<std::vector<int8_t>> ks, vs;
+    std::vector<std::vector<fp16_t>> kf, vf;
+    std::vector<std::vector<float>> kscales;
+    std::vector<KvSpan> spans;
+    int total = 0;
+    for (size_t i = 0; i < c.span_lens.size(); ++i) {
+      const int n = c.span_lens[i];
+      total += n;
+      if (i % 3 == 2) {  // every third span fp16: spans of both types in one call
+        kf.emplace_back(n * c.d);
+        vf.emplace_back(n * c.d);
+        for (auto& x : kf.back()) x = FloatToFp16(nd(rng));
+        for (auto& x : vf.back()) x = FloatToFp16(nd(rng));
+        KvSpan s;
+        s.k = kf.back().data();
+        s.v = vf.back().data();
+        s.n = n;
+        spans.push_back(s);
+        continue;
+      }
+      ks.emplace_back(n * c.d);
+      vs.emplace_back(n * c.d);
+      for (auto& x : ks.back()) x = static_cast<int8_t>(qd(rng));
+      for (auto& x : vs.back()) x = static_cast<int8_t>(qd(rng));
+      kscales.emplace_back(c.d);
+      for (auto& x : kscales.back()) x = 0.005f + 0.03f * std::fabs(nd(rng));
+      spans.push_back(KvSpan::Int8(ks.back().data(), kscales.back().data(), vs.back().data(),
+                                   0.015f + 0.002f * i, n));
+    }
+    std::vector<float> out(c.n_q * c.d, NAN), ref(c.n_q * c.d, NAN);
+    std::vector<float> sc(c.n_q * total + 1), sc_ref(c.n_q * total + 1), lse(c.n_q), lse_ref(c.n_q);
+    AttendOptions o{1.0f / std::sqrt(static_cast<float>(c.d)), sc.data(), lse.data()};
+    AttendOptions r{o.scale, sc_ref.data(), lse_ref.data()};
+    AttendSpans(q.data(), c.n_q, c.d, spans.data(), static_cast<int>(spans.size()), o, out.data());
+    AttendSpansReference(q.data(), c.n_q, c.d, spans.data(), static_cast<int>(spans.size()), r,
+                         ref.data());
+    for (int i = 0; i < c.n_q * c.d; ++i) {
+      ASSERT_FALSE(std::isnan(out[i]));
+      EXPECT_NEAR(out[i], ref[i], 1e-4f * (1 + std::fabs(ref[i]))) << "n_q " << c.n_q << " d " << c.d;
+    }
+    for (int i = 0; i < c.n_q * total; ++i)
+      EXPECT_NEAR(sc[i], sc_ref[i], 1e-4f * (1 + std::fabs(sc_ref[i])));
+    for (int g = 0; g < c.n_q; ++g) EXPECT_NEAR(lse[g], lse_ref[g], 1e-4f * (1 + std::fabs(lse_ref[g])));
+  }
+}
+
+// An int8 span whose values equal an fp16 span's (integers times a power of two, exact in both)
+// gives the same attention.
+TEST(AttendSpans, Int8AndFp16OfTheSameValuesAgree) {
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<int> qd(-127, 127);
+  std::normal_distribution<float> nd;
+  const int d = 64, n = 37;
+  const float vs = 1.0f / 64;
+  std::vector<float> kscales(d);
+  for (int i = 0; i < d; ++i) kscales[i] = i % 2 ? 1.0f / 32 : 1.0f / 128;  // powers of two
+  std::vector<int8_t> k8(n * d), v8(n * d);
+  std::vector<fp16_t> kf(n * d), vf(n * d);
+  for (int i = 0; i < n * d; ++i) {
+    k8[i] = static_cast<int8_t>(qd(rng));
+    v8[i] = static_cast<int8_t>(qd(rng));
+    kf[i] = FloatToFp16(k8[i] * kscales[i % d]);
+    vf[i] = FloatToFp16(v8[i] * vs);
+  }
+  std::vector<float> q(2 * d);
+  for (auto& x : q) x = nd(rng);
+  KvSpan a = KvSpan::Int8(k8.data(), kscales.data(), v8.data(), vs, n);
+  KvSpan b;
+  b.k = kf.data();
+  b.v = vf.data();
+  b.n = n;
+  std::vector<float> o1(2 * d), o2(2 * d);
+  AttendOptions opt{0.125f, nullptr, nullptr};
+  AttendSpans(q.data(), 2, d, &a, 1, opt, o1.data());
+  AttendSpans(q.data(), 2, d, &b, 1, opt, o2.data());
+  for (int i = 0; i < 2 * d; ++i) EXPECT_NEAR(o1[i], o2[i], 1e-5f * (1 + std::fabs(o2[i])));
+}
+
 }  // namespace
 }  // namespace tinyserve

@@ -54,7 +54,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                 "with --json. See bench/cpu_bench.py for the side-by-side run with llama.cpp.");
   std::string model = DefaultModelPath(), text_path = DataDir() + "/text/tinyshakespeare.txt";
   std::string contexts = "128,1024,4096,8000", batches = "1,8", prompts = "64,512",
-              policies = "dense,quest";
+              policies = "dense,quest", kv_dtype_name = "f16";
   int threads = 1, page_size = 16, budget = 1024, dense_layers = 2, steps = 16, reps = 3;
   bool json = false;
   flags.String("model", &model, "GGUF file or Hugging Face folder");
@@ -67,6 +67,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   flags.Int("budget", &budget, "selection token budget");
   flags.Int("dense-layers", &dense_layers, "first N layers dense under selection");
   flags.Int("page-size", &page_size, "KV page size");
+  flags.String("kv-dtype", &kv_dtype_name, "KV cache storage: f16 or int8");
   flags.Int("steps", &steps, "timed decode steps per point");
   flags.Int("reps", &reps, "repetitions (the median is reported)");
   flags.Bool("json", &json, "JSON lines");
@@ -75,6 +76,9 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
+  KvDtype kv_dtype;
+  if (!ParseKvDtype(kv_dtype_name, &kv_dtype))
+    return FailWith("kv-dtype: must be f16 or int8, got '" + kv_dtype_name + "'");
   auto src = OpenWeightSource(model);
   if (!src.ok()) return FailWith(std::string(src.status().message()));
   auto tok = Tokenizer::Create((*src)->tokenizer_data());
@@ -109,7 +113,9 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   for (int p : prompt_list) max_prompt = std::max(max_prompt, p);
   const int64_t total_pages =
       base_pages + max_batch * step_pages + (max_prompt + page_size - 1) / page_size + 1;
-  PagedKvCache kv(runner.MakeKvConfig(page_size, total_pages));
+  KvCacheConfig kv_config = runner.MakeKvConfig(page_size, total_pages);
+  kv_config.dtype = kv_dtype;
+  PagedKvCache kv(kv_config);
   std::vector<float> logits;
 
   // Prefill speed on fresh pages.
@@ -165,7 +171,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         pc.n_kv_heads = runner.local_kv_heads();
         pc.head_dim = c.head_dim;
         pc.page_size = page_size;
-        pc.kv_bytes_per_token_head_layer = 2 * c.head_dim * 2;
+        pc.kv_bytes_per_token_head_layer = 2 * c.head_dim * KvDtypeBytes(kv_dtype);
         std::vector<double> tps_runs;
         double kv_ratio = 1;
         for (int r = 0; r < reps; ++r) {
@@ -210,9 +216,10 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         emit(absl::StrFormat("{\"engine\":\"tinyserve\",\"kind\":\"decode\",\"context\":%d,\"batch\":%d,"
                              "\"threads\":%d,\"policy\":\"%s\",\"budget\":%d,\"tokens_per_s\":%.2f,"
                              "\"step_ms\":%.3f,\"kv_bytes_ratio\":%.4f,\"weight_bytes\":%d,"
-                             "\"kv_bytes_per_token\":%d}",
+                             "\"kv_bytes_per_token\":%d,\"kv_dtype\":\"%s\"}",
                              ctx, batch, threads, spec.policy, budget, tps, 1e3 * batch / tps,
-                             kv_ratio, runner.WeightBytes(), kv.BytesPerToken()),
+                             kv_ratio, runner.WeightBytes(), kv.BytesPerToken(),
+                             KvDtypeName(kv_dtype)),
              absl::StrFormat("decode ctx %5d batch %d %-6s: %8.1f tok/s (step %.2f ms, KV read %.3f of dense)",
                              ctx, batch, spec.policy, tps, 1e3 * batch / tps, kv_ratio));
       }

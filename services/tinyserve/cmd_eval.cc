@@ -20,7 +20,7 @@ int RunEvalCommand(const std::vector<std::string>& args) {
                 "--budget take comma-separated lists; the prefill is shared by all of them.\n"
                 "--passkey runs the synthetic passkey retrieval test instead.");
   std::string model = DefaultModelPath(), text_path, policies = "quest", budgets = "1024", gqa;
-  std::string depths = "0.5";
+  std::string depths = "0.5", kv_dtype_name = "f16";
   int context = 1024, eval_tokens = 64, page_size = 16, dense_layers = 2, sink_pages = 0,
       recent_pages = 0, oracle_every = 4, threads = 1, samples = 5, length = 1024;
   bool json = false, passkey = false;
@@ -32,6 +32,7 @@ int RunEvalCommand(const std::vector<std::string>& args) {
   flags.String("policy", &policies, "comma-separated policies");
   flags.String("budget", &budgets, "comma-separated token budgets");
   flags.Int("page-size", &page_size, "KV page size");
+  flags.String("kv-dtype", &kv_dtype_name, "KV cache storage: f16 or int8");
   flags.Int("dense-layers", &dense_layers, "first N layers dense");
   flags.Int("sink-pages", &sink_pages, "always-kept first pages");
   flags.Int("recent-pages", &recent_pages, "always-kept recent pages");
@@ -65,7 +66,10 @@ int RunEvalCommand(const std::vector<std::string>& args) {
       specs.push_back(spec);
     }
   if (specs.empty()) return FailWith("policy: no policy given");
-  auto ev = Evaluator::Create(model, threads, page_size);
+  KvDtype kv_dtype;
+  if (!ParseKvDtype(kv_dtype_name, &kv_dtype))
+    return FailWith("kv-dtype: must be f16 or int8, got '" + kv_dtype_name + "'");
+  auto ev = Evaluator::Create(model, threads, page_size, kv_dtype);
   if (!ev.ok()) return FailWith(std::string(ev.status().message()));
   if (passkey) {
     for (const auto& d : absl::StrSplit(depths, ',', absl::SkipEmpty())) {

@@ -74,6 +74,8 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   flags.String("trace", &trace, "write selection statistics per decode step as JSON lines");
   flags.String("server", &server, "send the request to a TinyServe server at HOST:PORT");
   ef.Register(&flags);
+  // Not in EngineFlags: `worker` registers its own --kv-dtype.
+  flags.String("kv-dtype", &ef.options.kv_dtype, "KV cache storage: f16 or int8");
   sf.Register(&flags);
   if (auto s = flags.Parse(args); !s.ok()) return FailWith(std::string(s.message()));
   if (flags.help_requested()) {

@@ -640,6 +640,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError(absl::StrCat("threads must be in [1, 256], got ", options.threads));
   if (options.max_batch < 1) return absl::InvalidArgumentError("max_batch must be >= 1");
   if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue must be >= 0");
+  KvDtype kv_dtype;
+  if (!ParseKvDtype(options.kv_dtype, &kv_dtype))
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_dtype must be f16 or int8, got '", options.kv_dtype, "'"));
+  // The followers build their caches from TpHello, which carries no dtype.
+  if (kv_dtype != KvDtype::kF16 && options.tp_size != 1)
+    return absl::InvalidArgumentError("kv_dtype int8 is not supported with tensor parallelism");
   TS_ASSIGN_OR_RETURN(impl->source, OpenWeightSource(options.model_path));
   TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(impl->source->tokenizer_data()));
   impl->pool = std::make_unique<ThreadPool>(options.threads);
@@ -666,11 +673,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   ro.max_positions = impl->max_context;
   TS_ASSIGN_OR_RETURN(impl->runner, TransformerRunner::Create(*impl->source, ro));
   KvCacheConfig probe = impl->runner->MakeKvConfig(options.page_size, 1);
+  probe.dtype = kv_dtype;
   int64_t n_pages = options.kv_pages;
   if (n_pages <= 0)
     n_pages = std::max<int64_t>(1, options.kv_memory_mb * (1LL << 20) /
                                        PagedKvCache::BytesForPages(probe, 1));
-  impl->kv = std::make_unique<PagedKvCache>(impl->runner->MakeKvConfig(options.page_size, n_pages));
+  KvCacheConfig kv_config = impl->runner->MakeKvConfig(options.page_size, n_pages);
+  kv_config.dtype = kv_dtype;
+  impl->kv = std::make_unique<PagedKvCache>(kv_config);
   impl->pages = std::make_unique<PagePool>(n_pages, options.page_size);
   TS_RETURN_IF_ERROR(ValidateSelectionSpec(options.default_selection, options.page_size));
   if (impl->tp != nullptr) {
@@ -689,8 +699,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   TS_LOG(INFO) << "loaded " << impl->source->Describe() << ": " << ArchName(mc.arch) << ", "
                << mc.n_layers << " layers, dim " << mc.dim << ", " << mc.n_heads << "/"
                << mc.n_kv_heads << " heads, vocab " << mc.vocab_size << "; KV " << n_pages
-               << " pages of " << options.page_size << " tokens ("
-               << PagedKvCache::BytesForPages(impl->kv->config(), n_pages) / (1 << 20) << " MiB)";
+               << " pages of " << options.page_size << " tokens, " << KvDtypeName(kv_dtype)
+               << " (" << PagedKvCache::BytesForPages(impl->kv->config(), n_pages) / (1 << 20)
+               << " MiB)";
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -715,7 +726,7 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   ctx.n_kv_heads = m.runner->local_kv_heads();
   ctx.head_dim = m.runner->config().head_dim;
   ctx.page_size = m.opts.page_size;
-  ctx.kv_bytes_per_token_head_layer = 2 * ctx.head_dim * static_cast<int>(sizeof(fp16_t));
+  ctx.kv_bytes_per_token_head_layer = 2 * ctx.head_dim * KvDtypeBytes(m.kv->dtype());
   ctx.seed = sp.seed;
   TS_ASSIGN_OR_RETURN(s->policy, CreatePolicy(spec, ctx));
   s->uid = m.next_uid++;

@@ -47,12 +47,13 @@ std::string SpecJson(const SelectionSpec& s) {
 
 std::string EvalResult::ToJson() const {
   return absl::StrFormat(
-      "{\"context\":%d,\"eval_tokens\":%d,%s,\"page_size\":%d,\"ppl\":%.6g,\"ppl_dense\":%.6g,"
+      "{\"context\":%d,\"eval_tokens\":%d,%s,\"page_size\":%d,\"kv_dtype\":\"%s\","
+      "\"ppl\":%.6g,\"ppl_dense\":%.6g,"
       "\"delta_ppl_pct\":%.4f,\"top1_agreement\":%.4f,\"kl_mean\":%.6g,\"page_hit_rate\":%s,"
       "\"mass_recall\":%s,\"reuse\":%s,\"kv_bytes_ratio\":%.4f,\"pages_selected_per_step\":%.1f,"
       "\"pages_scored_per_step\":%.1f,\"step_ms\":%.3f,\"step_ms_dense\":%.3f,"
       "\"attention_ms\":%.3f,\"attention_ms_dense\":%.3f,\"select_cpu_ms\":%.3f}",
-      context, eval_tokens, SpecJson(spec), page_size, ppl, ppl_dense, delta_ppl_pct,
+      context, eval_tokens, SpecJson(spec), page_size, kv_dtype, ppl, ppl_dense, delta_ppl_pct,
       top1_agreement, kl_mean, Num(page_hit_rate), Num(mass_recall), Num(reuse), kv_bytes_ratio,
       pages_selected_per_step, pages_scored_per_step, step_ms, step_ms_dense, attention_ms,
       attention_ms_dense, select_ms);
@@ -73,14 +74,18 @@ struct Evaluator::State {
   std::unique_ptr<TransformerRunner> runner;
   std::unique_ptr<PagedKvCache> kv;
   int page_size = 16;
+  KvDtype kv_dtype = KvDtype::kF16;
 
   // Prefills tokens [0, n) into pages 0.. of a fresh cache sized for n + extra tokens.
   absl::Status Prefill(const std::vector<int32_t>& tokens, int n, int extra) {
     const int64_t prefill_pages = (n + page_size - 1) / page_size;
     const int64_t decode_pages = (extra + page_size) / page_size + 1;
     const int64_t need = prefill_pages + decode_pages;
-    if (!kv || kv->config().num_pages < need)
-      kv = std::make_unique<PagedKvCache>(runner->MakeKvConfig(page_size, need));
+    if (!kv || kv->config().num_pages < need) {
+      KvCacheConfig config = runner->MakeKvConfig(page_size, need);
+      config.dtype = kv_dtype;
+      kv = std::make_unique<PagedKvCache>(config);
+    }
     base_pages.clear();
     for (int64_t p = 0; p < prefill_pages; ++p) {
       base_pages.push_back(static_cast<int32_t>(p));
@@ -125,7 +130,7 @@ struct Evaluator::State {
     c.n_kv_heads = runner->local_kv_heads();
     c.head_dim = runner->config().head_dim;
     c.page_size = page_size;
-    c.kv_bytes_per_token_head_layer = 2 * c.head_dim * 2;
+    c.kv_bytes_per_token_head_layer = 2 * c.head_dim * KvDtypeBytes(kv_dtype);
     c.seed = seed;
     return c;
   }
@@ -136,11 +141,13 @@ struct Evaluator::State {
 };
 
 absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const std::string& model_path,
-                                                             int threads, int page_size) {
+                                                             int threads, int page_size,
+                                                             KvDtype kv_dtype) {
   std::unique_ptr<Evaluator> e(new Evaluator());
   e->s_ = std::make_unique<State>();
   State& s = *e->s_;
   s.page_size = page_size;
+  s.kv_dtype = kv_dtype;
   TS_ASSIGN_OR_RETURN(s.source, OpenWeightSource(model_path));
   TS_ASSIGN_OR_RETURN(s.tok, Tokenizer::Create(s.source->tokenizer_data()));
   s.pool = std::make_unique<ThreadPool>(threads);
@@ -225,6 +232,7 @@ absl::StatusOr<std::vector<EvalResult>> Evaluator::Run(const std::string& text, 
     e.context = context;
     e.eval_tokens = eval_tokens;
     e.page_size = s.page_size;
+    e.kv_dtype = KvDtypeName(s.kv_dtype);
     double nll = 0, nll_d = 0, kl = 0;
     int agree = 0;
     for (int i = 0; i < eval_tokens; ++i) {

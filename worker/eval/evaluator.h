@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/thread_pool.h"
+#include "worker/kv/paged_kv_cache.h"
 #include "worker/model/weight_source.h"
 #include "worker/runner/transformer.h"
 #include "worker/select/selection_spec.h"
@@ -26,6 +27,7 @@ namespace tinyserve {
 struct EvalResult {
   SelectionSpec spec;
   int context = 0, eval_tokens = 0, page_size = 0;
+  std::string kv_dtype = "f16";
   double ppl = 0, ppl_dense = 0, delta_ppl_pct = 0;
   double top1_agreement = 0, kl_mean = 0;
   double page_hit_rate = -1, mass_recall = -1, reuse = -1;
@@ -47,9 +49,11 @@ struct PasskeyResult {
 
 class Evaluator {
  public:
-  // threads: CPU threads; page_size: KV page size for the whole evaluation.
+  // threads: CPU threads; page_size: KV page size for the whole evaluation; kv_dtype: storage
+  // of the KV cache (dense and every policy run on the same one).
   static absl::StatusOr<std::unique_ptr<Evaluator>> Create(const std::string& model_path,
-                                                           int threads, int page_size);
+                                                           int threads, int page_size,
+                                                           KvDtype kv_dtype = KvDtype::kF16);
   ~Evaluator();
 
   // Tokenizes text and evaluates every spec (in order) on tokens [0, context + eval_tokens].

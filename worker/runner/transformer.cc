@@ -10,6 +10,7 @@
 #include "common/timer.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dequant.h"
+#include "worker/kv/kv_span.h"
 #include "worker/model/weight_source.h"
 #include "worker/tp/communicator.h"
 
@@ -385,7 +386,7 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
       for (int32_t lp : chosen) {
         const int32_t page = (*in.pages)[lp];
         const int n = static_cast<int>(std::min<int64_t>(ps, n_tok - static_cast<int64_t>(lp) * ps));
-        spans.push_back({kv->K(layer, page, h), kv->V(layer, page, h), n});
+        spans.push_back(PageSpan(*kv, layer, page, h, n));
         total += n;
       }
       AttendOptions opt;

@@ -6,6 +6,7 @@
 
 #include "common/timer.h"
 #include "kernels/cpu/attention.h"
+#include "worker/kv/kv_span.h"
 #include "worker/kv/paged_kv_cache.h"
 
 namespace tinyserve {
@@ -125,7 +126,7 @@ std::vector<float> PageAttentionMass(const SelectArgs& a, int64_t n_pages) {
   for (int64_t p = 0; p < n_pages; ++p) {
     const int32_t page = (*a.pages)[p];
     const int n = static_cast<int>(std::min<int64_t>(a.page_size, a.n_tokens - p * a.page_size));
-    spans.push_back({a.kv->K(a.layer, page, a.kv_head), a.kv->V(a.layer, page, a.kv_head), n});
+    spans.push_back(PageSpan(*a.kv, a.layer, page, a.kv_head, n));
   }
   std::vector<float> scores(static_cast<size_t>(a.group) * a.n_tokens), lse(a.group),
       out(static_cast<size_t>(a.group) * a.head_dim);

@@ -1,0 +1,24 @@
+// File: worker/kv/kv_span.h
+// The attention kernel's view (KvSpan) of the first n slots of one page, layer and KV head of a
+// PagedKvCache, for either storage type. Header-only: users link ts_kv and ts_attention_cpu.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+#include "worker/kv/paged_kv_cache.h"
+
+namespace tinyserve {
+
+inline KvSpan PageSpan(const PagedKvCache& kv, int layer, int32_t page, int head, int n) {
+  if (kv.dtype() == KvDtype::kInt8)
+    return KvSpan::Int8(kv.K8(layer, page, head), kv.KScale(layer, page, head),
+                        kv.V8(layer, page, head), kv.VScale(layer, page, head), n);
+  KvSpan s;
+  s.k = kv.K(layer, page, head);
+  s.v = kv.V(layer, page, head);
+  s.n = n;
+  return s;
+}
+
+}  // namespace tinyserve
