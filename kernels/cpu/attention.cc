@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention.h"
 
+#include "kernels/cpu/simd_math.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -216,6 +218,12 @@ void AttendImpl(const float* q, int n_q, int d, const KvSpan* spans, int n_spans
 #endif
         }
         st.m[g] = bm;
+#if defined(__x86_64__)
+        if constexpr (kUseSimd) {
+          st.l[g] += ExpSubSumAvx2(s[g], nb, bm);
+          continue;
+        }
+#endif
         for (int j = 0; j < nb; ++j) {
           s[g][j] = std::exp(s[g][j] - bm);
           st.l[g] += s[g][j];
