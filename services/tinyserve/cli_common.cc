@@ -20,7 +20,7 @@ void EngineFlags::Register(FlagSet* f) {
   f->Int("sink-pages", &sink_pages, "always-kept first pages");
   f->Int("recent-pages", &recent_pages, "always-kept recent pages");
   f->Int("oracle-every", &oracle_every, "compare with the oracle every N decode steps (0: never)");
-  f->String("gqa", &gqa, "quest: combine a GQA group's scores by max or sum");
+  f->String("gqa", &gqa, "quest: combine a GQA group's scores by sum (default) or max");
 }
 
 SelectionSpec EngineFlags::Selection() const {

@@ -15,7 +15,7 @@ struct EngineFlags {
   std::string policy = "dense";
   int budget = 1024;
   int dense_layers = 2;
-  int sink_pages = 0;
+  int sink_pages = 1;
   int recent_pages = 0;
   int oracle_every = 0;
   std::string gqa;  // quest: max | sum

@@ -21,7 +21,7 @@ int RunEvalCommand(const std::vector<std::string>& args) {
                 "--passkey runs the synthetic passkey retrieval test instead.");
   std::string model = DefaultModelPath(), text_path, policies = "quest", budgets = "1024", gqa;
   std::string depths = "0.5", kv_dtype_name = "f16";
-  int context = 1024, eval_tokens = 64, page_size = 16, dense_layers = 2, sink_pages = 0,
+  int context = 1024, eval_tokens = 64, page_size = 16, dense_layers = 2, sink_pages = 1,
       recent_pages = 0, oracle_every = 4, threads = 1, samples = 5, length = 1024;
   bool json = false, passkey = false;
   int64_t seed = 1;
@@ -36,7 +36,7 @@ int RunEvalCommand(const std::vector<std::string>& args) {
   flags.Int("dense-layers", &dense_layers, "first N layers dense");
   flags.Int("sink-pages", &sink_pages, "always-kept first pages");
   flags.Int("recent-pages", &recent_pages, "always-kept recent pages");
-  flags.String("gqa", &gqa, "quest GQA aggregation: max or sum");
+  flags.String("gqa", &gqa, "quest GQA aggregation: sum (default) or max");
   flags.Int("oracle-every", &oracle_every, "oracle comparison every N steps (0: never)");
   flags.Int("threads", &threads, "CPU threads");
   flags.Bool("json", &json, "print JSON objects, one per line");

@@ -245,10 +245,6 @@ absl::Status ValidateSelectionSpec(const SelectionSpec& spec, int page_size) {
         absl::StrCat("selection.dense_layers must be >= 0, got ", spec.dense_layers));
   if (spec.sink_pages < 0 || spec.recent_pages < 0)
     return absl::InvalidArgumentError("selection.sink_pages and recent_pages must be >= 0");
-  if (spec.sink_pages + spec.recent_pages + 1 > spec.budget / page_size)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "selection.budget: ", spec.budget / page_size, " pages cannot hold ", spec.sink_pages,
-        " sink + ", spec.recent_pages, " recent + the current page"));
   if (spec.oracle_every < 0)
     return absl::InvalidArgumentError("selection.oracle_every must be >= 0");
   for (const auto& [key, value] : spec.params) {
@@ -275,7 +271,7 @@ absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(const SelectionSpec& spec,
   };
   std::unique_ptr<Policy> p;
   if (spec.policy == "dense") p = std::make_unique<DensePolicy>(spec, ctx);
-  if (spec.policy == "quest") p = std::make_unique<QuestPolicy>(spec, ctx, param("gqa", "max") == "sum");
+  if (spec.policy == "quest") p = std::make_unique<QuestPolicy>(spec, ctx, param("gqa", "sum") == "sum");
   if (spec.policy == "streaming") p = std::make_unique<StreamingPolicy>(spec, ctx);
   if (spec.policy == "oracle") p = std::make_unique<OraclePolicy>(spec, ctx);
   if (spec.policy == "random") p = std::make_unique<RandomPolicy>(spec, ctx);

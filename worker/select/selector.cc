@@ -45,10 +45,12 @@ int Policy::AddForced(int64_t n_pages, std::vector<int32_t>* chosen) const {
   chosen->clear();
   const int64_t last = n_pages - 1;
   chosen->push_back(static_cast<int32_t>(last));
-  for (int64_t p = 0; p < std::min<int64_t>(spec_.sink_pages, last); ++p)
-    chosen->push_back(static_cast<int32_t>(p));
-  for (int64_t p = std::max<int64_t>(spec_.sink_pages, last - spec_.recent_pages); p < last; ++p)
-    chosen->push_back(static_cast<int32_t>(p));
+  // Sinks and recent pages take what the budget leaves after the current page, sinks first.
+  const int64_t sinks = std::min<int64_t>({spec_.sink_pages, last, page_budget_ - 1});
+  const int64_t recent = std::max<int64_t>(
+      0, std::min<int64_t>({spec_.recent_pages, last - sinks, page_budget_ - 1 - sinks}));
+  for (int64_t p = 0; p < sinks; ++p) chosen->push_back(static_cast<int32_t>(p));
+  for (int64_t p = last - recent; p < last; ++p) chosen->push_back(static_cast<int32_t>(p));
   std::sort(chosen->begin(), chosen->end());
   chosen->erase(std::unique(chosen->begin(), chosen->end()), chosen->end());
   return std::max(0, page_budget_ - static_cast<int>(chosen->size()));

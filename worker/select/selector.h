@@ -9,7 +9,8 @@
 // policy's nature for accounting).
 //
 // Budget rule shared by all policies (Quest's): page budget K = budget / page_size counting the
-// current (last) page, which is always attended; optional sink and recent pages count toward K;
+// current (last) page, which is always attended; sink pages (default 1) and recent pages count
+// toward K and take what K leaves after the current page;
 // when the sequence has no more than K pages the step is dense (bit-identical to dense). The
 // first dense_layers layers are always dense; prefill is always dense.
 //
