@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Records reference logits of the generated test models with Hugging Face transformers.
 
-Dev-time only (needs torch, transformers and tokenizers from /work/main/.venv; CI never runs it):
+Dev-time only (needs torch, transformers and tokenizers from the project venv .venv; CI never runs it):
   .venv/bin/python scripts/make_hf_goldens.py [--models-dir DIR] [--out tests/golden/hf]
 
 It (re)generates the models with scripts/make_test_models.py into DIR (default
