@@ -83,8 +83,14 @@ void Policy::Select(const SelectArgs& a, std::vector<int32_t>* chosen) {
   const int64_t n_pages = (a.n_tokens + a.page_size - 1) / a.page_size;
   const int64_t tok_bytes = ctx_.kv_bytes_per_token_head_layer;
   StepStats local;
-  if (n_pages <= page_budget_) {
-    // The context fits the budget: dense, and bit-identical to dense.
+  // Scoring pages through their boxes reads 2 * head_dim fp32 per page (against
+  // 4 * page_size * head_dim bytes of K+V): selection pays only when the context exceeds the
+  // budget by more than the boxes cost.
+  const bool saves = !reads_metadata() ||
+                     page_budget_ * a.page_size + 2 * n_pages < n_pages * a.page_size;
+  if (n_pages <= page_budget_ || !saves) {
+    // The context fits the budget (or selecting would read more than dense): dense, and
+    // bit-identical to dense.
     chosen->clear();
     for (int32_t p = 0; p < n_pages; ++p) chosen->push_back(p);
   } else {
