@@ -62,7 +62,8 @@ void AttendSpansReference(const float* q, int n_q, int head_dim, const KvSpan* s
 // fp16 -> fp32 for n values (F16C when available).
 void Fp16ToFloatRow(const fp16_t* src, float* dst, int n);
 
-// True when the F16C/AVX2/FMA path is in use (TINYSERVE_CPU_ISA=scalar turns it off).
+// True when the F16C/AVX2/FMA path is in use (TINYSERVE_CPU_ISA=scalar or
+// TINYSERVE_ATTENTION_ISA=scalar turns it off).
 bool AttentionUsesSimd();
 
 }  // namespace tinyserve

@@ -2,7 +2,7 @@
 // Dequantizers: ggml blocks to float32, one row (or any whole number of blocks) at a time.
 // Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K (layouts in
 // shared/reference/model-formats.md §4). Each is checked against reference values from the
-// `gguf` Python package (tests/golden/dequant/, made by scripts/make_goldens.py).
+// `gguf` Python package (tests/golden/dequant/, made by scripts/make_dequant_goldens.py).
 //
 // And the reference quantizers (float32 to blocks, bit-identical to ggml's reference
 // quantize_row_*_ref) for Q4_0, Q4_1, Q8_0 and Q8_1, used by tests and by the activation

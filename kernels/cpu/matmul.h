@@ -82,6 +82,8 @@ void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
 inline constexpr size_t kMatMulMinBytesPerThread = 64 * 1024;
 
 // The straightforward version (dequantize a row, float dot): the oracle for tests of MatMul.
+// TINYSERVE_MATMUL_EXACT=1 makes MatMul use it (fp32 activations, no quantization): a switch
+// for numerical studies (docs/CORRECTNESS.md), far slower.
 void MatMulReference(const Matrix& w, const float* x, int64_t n_tokens, float* y);
 
 }  // namespace tinyserve
