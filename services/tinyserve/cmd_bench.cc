@@ -166,12 +166,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         spec.policy = std::string(pol);
         spec.budget = budget;
         spec.dense_layers = dense_layers;
-        PolicyContext pc;
-        pc.n_layers = c.n_layers;
-        pc.n_kv_heads = runner.local_kv_heads();
-        pc.head_dim = c.head_dim;
-        pc.page_size = page_size;
-        pc.kv_bytes_per_token_head_layer = 2 * c.head_dim * KvDtypeBytes(kv_dtype);
+        const PolicyContext pc =
+            MakePolicyContext(c, runner.local_kv_heads(), page_size, kv_dtype, 0);
         std::vector<double> tps_runs;
         double kv_ratio = 1;
         for (int r = 0; r < reps; ++r) {

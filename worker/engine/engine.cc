@@ -721,13 +721,8 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;
   s->sampler = std::make_unique<Sampler>(sp);
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
-  PolicyContext ctx;
-  ctx.n_layers = m.runner->config().n_layers;
-  ctx.n_kv_heads = m.runner->local_kv_heads();
-  ctx.head_dim = m.runner->config().head_dim;
-  ctx.page_size = m.opts.page_size;
-  ctx.kv_bytes_per_token_head_layer = 2 * ctx.head_dim * KvDtypeBytes(m.kv->dtype());
-  ctx.seed = sp.seed;
+  const PolicyContext ctx = MakePolicyContext(m.runner->config(), m.runner->local_kv_heads(),
+                                              m.opts.page_size, m.kv->dtype(), sp.seed);
   TS_ASSIGN_OR_RETURN(s->policy, CreatePolicy(spec, ctx));
   s->uid = m.next_uid++;
   s->spec = spec;

@@ -125,14 +125,8 @@ struct Evaluator::State {
   }
 
   PolicyContext Context(uint64_t seed) const {
-    PolicyContext c;
-    c.n_layers = runner->config().n_layers;
-    c.n_kv_heads = runner->local_kv_heads();
-    c.head_dim = runner->config().head_dim;
-    c.page_size = page_size;
-    c.kv_bytes_per_token_head_layer = 2 * c.head_dim * KvDtypeBytes(kv_dtype);
-    c.seed = seed;
-    return c;
+    return MakePolicyContext(runner->config(), runner->local_kv_heads(), page_size, kv_dtype,
+                             seed);
   }
 
   std::vector<int32_t> base_pages;

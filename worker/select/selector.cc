@@ -11,6 +11,18 @@
 
 namespace tinyserve {
 
+PolicyContext MakePolicyContext(const ModelConfig& model, int local_kv_heads, int page_size,
+                                KvDtype kv_dtype, uint64_t seed) {
+  PolicyContext c;
+  c.n_layers = model.n_layers;
+  c.n_kv_heads = local_kv_heads;
+  c.head_dim = model.head_dim;
+  c.page_size = page_size;
+  c.kv_bytes_per_token_head_layer = 2 * model.head_dim * KvDtypeBytes(kv_dtype);
+  c.seed = seed;
+  return c;
+}
+
 Policy::Policy(const SelectionSpec& spec, const PolicyContext& ctx)
     : spec_(spec), ctx_(ctx), page_budget_(std::max(1, spec.budget / ctx.page_size)) {
   prev_.resize(static_cast<size_t>(ctx.n_layers) * ctx.n_kv_heads);

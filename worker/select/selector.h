@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/kv/paged_kv_cache.h"
+#include "worker/model/model_config.h"
 #include "worker/runner/attention_selector.h"
 #include "worker/select/selection_spec.h"
 #include "worker/select/selection_stats.h"
@@ -40,6 +42,11 @@ struct PolicyContext {
   int kv_bytes_per_token_head_layer = 0;  // K+V bytes of one token, head and layer
   uint64_t seed = 0;
 };
+
+// The context of a runner's shard: n_layers, head_dim from the model, its local KV heads, and the
+// K+V bytes of one token per head and layer for the cache's dtype.
+PolicyContext MakePolicyContext(const ModelConfig& model, int local_kv_heads, int page_size,
+                                KvDtype kv_dtype, uint64_t seed);
 
 class Policy : public AttentionSelector {
  public:

@@ -81,13 +81,8 @@ absl::Status TpFollower::State::Step(const StepMessage& m) {
   for (size_t i = 0; i < m.entries.size(); ++i) {
     const StepEntry& e = m.entries[i];
     if (e.has_spec) {
-      PolicyContext ctx;
-      ctx.n_layers = runner->config().n_layers;
-      ctx.n_kv_heads = runner->local_kv_heads();
-      ctx.head_dim = runner->config().head_dim;
-      ctx.page_size = hello.page_size;
-      ctx.kv_bytes_per_token_head_layer = 2 * ctx.head_dim * static_cast<int>(sizeof(fp16_t));
-      ctx.seed = e.seed;
+      const PolicyContext ctx = MakePolicyContext(runner->config(), runner->local_kv_heads(),
+                                                  hello.page_size, KvDtype::kF16, e.seed);
       TS_ASSIGN_OR_RETURN(policies[e.seq], CreatePolicy(e.spec, ctx));
     }
     SeqInput& in = batch[i];
