@@ -473,6 +473,20 @@ cudaError_t QuestSelectOnly(const DecodeAttentionParams& p, cudaStream_t stream)
   return internal::LaunchQuestSelection(p, ws, stream);
 }
 
+cudaError_t AttendPageLists(const DecodeAttentionParams& p, const int32_t* lists,
+                            const int32_t* counts, cudaStream_t stream) {
+  DecodeAttentionParams v = p;
+  v.kmin = v.kmin ? v.kmin : v.k_cache;  // unused here; Validate wants Quest's pointers set
+  v.kmax = v.kmax ? v.kmax : v.k_cache;
+  if (cudaError_t e = internal::Validate(v, true); e != cudaSuccess) return e;
+  TS_REQUIRE(lists != nullptr && counts != nullptr, "AttendPageLists: lists and counts required");
+  const int splits = internal::SplitsFor(v, true);
+  internal::DecodeWorkspace ws = internal::CarveWorkspace(v, splits, true, v.workspace);
+  ws.sel_pages = const_cast<int32_t*>(lists);
+  ws.sel_count = const_cast<int32_t*>(counts);
+  return internal::RunAttend(v, ws, splits, true, stream);
+}
+
 cudaError_t QuestDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
   if (cudaError_t e = internal::Validate(p, true); e != cudaSuccess) return e;
   const int splits = internal::SplitsFor(p, true);

@@ -85,5 +85,13 @@ cudaError_t QuestDecodeAttention(const DecodeAttentionParams& p, cudaStream_t st
 // Only the selection part of QuestDecodeAttention (into the workspace and the optional outputs):
 // for benchmarks that split the time into select and attend, and for selection metrics.
 cudaError_t QuestSelectOnly(const DecodeAttentionParams& p, cudaStream_t stream);
+// Only the attend-and-merge part, over caller-given page lists: lists [batch][H_kv][budget_pages]
+// holds, for each (sequence, KV head), counts[b][g] page ids into p.k_cache / p.v_cache in
+// ascending logical order, the last being the sequence's current (possibly partial) page. The
+// split count is QuestDecodeAttention's for the same params, so the same lists give the same
+// bits; with budget_pages = max_pages_per_seq and every page listed it is DenseDecodeAttention's.
+// Used by the tiered cache (device_model.cu), whose lists name device slots. kmin/kmax unused.
+cudaError_t AttendPageLists(const DecodeAttentionParams& p, const int32_t* lists,
+                            const int32_t* counts, cudaStream_t stream);
 
 }  // namespace tinyserve::cuda

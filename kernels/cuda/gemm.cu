@@ -29,10 +29,21 @@ bool CublasGemm::Init(size_t workspace_bytes) {
 
 cudaError_t CublasGemm::Linear(DType dtype, const void* x, const void* w, void* y, int M, int N,
                                int K, cudaStream_t stream, float beta) {
+  return Gemm(dtype, x, w, y, dtype, M, N, K, stream, beta);
+}
+
+cudaError_t CublasGemm::LinearF32Out(DType dtype, const void* x, const void* w, float* y, int M,
+                                     int N, int K, cudaStream_t stream) {
+  return Gemm(dtype, x, w, y, DType::kF32, M, N, K, stream, 0.f);
+}
+
+cudaError_t CublasGemm::Gemm(DType dtype, const void* x, const void* w, void* y, DType out_dtype,
+                             int M, int N, int K, cudaStream_t stream, float beta) {
   TS_REQUIRE(handle_ && workspace_, "CublasGemm: not initialised");
   TS_REQUIRE(x && w && y && M > 0 && N > 0 && K > 0, "CublasGemm::Linear: bad arguments");
   TS_REQUIRE(dtype == DType::kF16 || dtype == DType::kBF16, "CublasGemm: f16 or bf16 only");
   const cudaDataType_t t = dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+  const cudaDataType_t ty = out_dtype == DType::kF32 ? CUDA_R_32F : t;
   if (cublasSetStream(handle_, stream) != CUBLAS_STATUS_SUCCESS) {
     SetLaunchError("cublasSetStream failed");
     return cudaErrorUnknown;
@@ -41,7 +52,7 @@ cudaError_t CublasGemm::Linear(DType dtype, const void* x, const void* w, void* 
   const float alpha = 1.f;
   const cublasStatus_t s =
       cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, t, K, x, t, K, &beta, y,
-                   t, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                   ty, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) {
     SetLaunchError("cublasGemmEx failed");
     return cudaErrorUnknown;

@@ -29,8 +29,13 @@ class CublasGemm {
   // y[M][N] = x[M][K] . w[N][K]^T (+ beta * y). All row-major, one dtype (f16 or bf16).
   cudaError_t Linear(DType dtype, const void* x, const void* w, void* y, int M, int N, int K,
                      cudaStream_t stream, float beta = 0.f);
+  // The same product with an f32 output y (for logits): x and w f16/bf16, y f32.
+  cudaError_t LinearF32Out(DType dtype, const void* x, const void* w, float* y, int M, int N,
+                           int K, cudaStream_t stream);
 
  private:
+  cudaError_t Gemm(DType dtype, const void* x, const void* w, void* y, DType out_dtype, int M,
+                   int N, int K, cudaStream_t stream, float beta);
   cublasHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

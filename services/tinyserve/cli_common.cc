@@ -14,6 +14,10 @@ void EngineFlags::Register(FlagSet* f) {
   f->Int64("kv-memory-mb", &options.kv_memory_mb, "KV cache pool size in MiB");
   f->Int("max-context", &options.max_context, "context limit (0: the model's)");
   f->Int("max-batch", &options.max_batch, "sequences decoded together");
+  f->String("device", &options.device, "where the model runs: cpu or cuda");
+  f->Int("kv-device-pages", &options.cuda_device_pages,
+         "cuda: tiered KV, device page cache per layer over pinned host memory (0: off)");
+  f->Bool("cuda-graphs", &options.cuda_graphs, "cuda: replay decode steps as CUDA graphs");
   f->String("policy", &policy, "token selection: dense, quest, streaming, h2o, snapkv, oracle, random");
   f->Int("budget", &budget, "selection token budget per layer and KV head");
   f->Int("dense-layers", &dense_layers, "first N layers always dense");

@@ -17,6 +17,7 @@
 #include "common/timer.h"
 #include "worker/kv/page_pool.h"
 #include "worker/kv/paged_kv_cache.h"
+#include "worker/runner/cuda_runner.h"
 #include "worker/model/weight_source.h"
 #include "worker/runner/transformer.h"
 #include "worker/sampling/sampler.h"
@@ -77,8 +78,11 @@ class Engine::Impl {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Communicator> comm;
+  // The model: on the CPU, runner + kv; with --device cuda, cuda (which owns its device cache).
   std::unique_ptr<TransformerRunner> runner;
   std::unique_ptr<PagedKvCache> kv;
+  std::unique_ptr<CudaRunner> cuda;
+  const ModelConfig& model() const { return source->config(); }
   std::unique_ptr<PagePool> pages;
   int max_context = 0;
   EngineObserver* observer = nullptr;
@@ -128,7 +132,7 @@ class Engine::Impl {
 
 absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
   if (r.prompt_ids.empty()) return absl::InvalidArgumentError("prompt: empty prompt");
-  const int vocab = runner->config().vocab_size;
+  const int vocab = model().vocab_size;
   for (int32_t id : r.prompt_ids)
     if (id < 0 || id >= vocab)
       return absl::InvalidArgumentError(
@@ -138,7 +142,10 @@ absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
                                                    " tokens leave no room in the context of ",
                                                    max_context, " tokens"));
   TS_RETURN_IF_ERROR(ValidateSamplingParams(r.sampling, vocab, max_context));
-  if (r.selection) TS_RETURN_IF_ERROR(ValidateSelectionSpec(*r.selection, opts.page_size));
+  if (r.selection) {
+    TS_RETURN_IF_ERROR(ValidateSelectionSpec(*r.selection, opts.page_size));
+    if (cuda) TS_RETURN_IF_ERROR(ValidateCudaSelection(*r.selection));
+  }
   const int64_t need = (static_cast<int64_t>(r.prompt_ids.size()) + 1 + opts.page_size - 1) / opts.page_size;
   if (need > pages->num_pages())
     return absl::ResourceExhaustedError(absl::StrCat("prompt needs ", need,
@@ -226,7 +233,7 @@ bool Engine::Impl::EnsurePages(Sequence& s, int64_t upto) {
   while (static_cast<int64_t>(s.pages.size()) * ps < upto) {
     const int32_t p = pages->Allocate();
     if (p < 0) return false;
-    kv->ResetPage(p);
+    if (kv) kv->ResetPage(p);
     if (tp != nullptr) tp_reset_pages.push_back(p);
     s.pages.push_back(p);
   }
@@ -445,7 +452,7 @@ bool Engine::Impl::Step() {
     in.pages = &s.pages;
     in.all_logits = false;
     const bool decode = chunk[i] == 1 && s.computed >= s.prompt_len;
-    if (decode && s.policy) {
+    if (decode && s.policy && !cuda) {
       s.policy->BeginStep(s.computed + 1);
       in.selector = s.policy.get();
     }
@@ -488,7 +495,15 @@ bool Engine::Impl::Step() {
     tp_msg.reset_pages.swap(tp_reset_pages);
     fs = TpSend(tp_msg);
   }
-  if (fs.ok()) fs = runner->Forward(batch, kv.get(), &logits);
+  if (fs.ok() && cuda) {
+    std::vector<const SelectionSpec*> selection(batch.size(), nullptr);
+    for (size_t b = 0; b < batch.size(); ++b)
+      if (batch[b].n == 1 && batch_seqs[b]->computed >= batch_seqs[b]->prompt_len)
+        selection[b] = &batch_seqs[b]->spec;
+    fs = cuda->Forward(batch, selection, &logits);
+  } else if (fs.ok()) {
+    fs = runner->Forward(batch, kv.get(), &logits);
+  }
   if (!fs.ok() && tp != nullptr) TpFail(fs);
   const double step_s = sw.Seconds();
   int prefill_tokens = 0;
@@ -502,7 +517,7 @@ bool Engine::Impl::Step() {
   }
 
   // 5. Advance, register full pages for prefix reuse, sample where a sequence is caught up.
-  const int vocab = runner->config().vocab_size;
+  const int vocab = model().vocab_size;
   const int ps = opts.page_size;
   std::vector<std::pair<Sequence*, FinishReason>> ended;
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -665,22 +680,49 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
       return absl::InvalidArgumentError("tp_heartbeat_seconds must be > 0");
     impl->tp = c;
   }
-  RunnerOptions ro;
-  ro.rank = options.tp_rank;
-  ro.world_size = options.tp_size;
-  ro.comm = impl->tp;
-  ro.pool = impl->pool.get();
-  ro.max_positions = impl->max_context;
-  TS_ASSIGN_OR_RETURN(impl->runner, TransformerRunner::Create(*impl->source, ro));
-  KvCacheConfig probe = impl->runner->MakeKvConfig(options.page_size, 1);
-  probe.dtype = kv_dtype;
   int64_t n_pages = options.kv_pages;
-  if (n_pages <= 0)
-    n_pages = std::max<int64_t>(1, options.kv_memory_mb * (1LL << 20) /
-                                       PagedKvCache::BytesForPages(probe, 1));
-  KvCacheConfig kv_config = impl->runner->MakeKvConfig(options.page_size, n_pages);
-  kv_config.dtype = kv_dtype;
-  impl->kv = std::make_unique<PagedKvCache>(kv_config);
+  int64_t kv_bytes = 0;
+  if (options.device == "cuda") {
+    if (options.tp_size != 1)
+      return absl::InvalidArgumentError("device cuda: tensor parallelism is CPU-only for now");
+    if (kv_dtype != KvDtype::kF16)
+      return absl::InvalidArgumentError("device cuda: kv_dtype must be f16");
+    TS_RETURN_IF_ERROR(ValidateCudaSelection(options.default_selection));
+    const int64_t per_page = CudaRunner::KvBytesPerPage(mc, options.page_size);
+    if (n_pages <= 0)
+      n_pages = std::max<int64_t>(1, options.kv_memory_mb * (1LL << 20) / std::max<int64_t>(1, per_page));
+    CudaRunnerOptions co;
+    co.page_size = options.page_size;
+    co.num_pages = n_pages;
+    co.max_batch = options.max_batch;
+    co.max_tokens = std::max(options.max_step_tokens, options.max_batch);
+    co.max_context = impl->max_context;
+    co.device_pages = options.cuda_device_pages;
+    co.resident_layers = options.default_selection.dense_layers;
+    co.cuda_graphs = options.cuda_graphs;
+    TS_ASSIGN_OR_RETURN(impl->cuda, CudaRunner::Create(*impl->source, co));
+    kv_bytes = per_page * n_pages;
+  } else if (options.device == "cpu") {
+    RunnerOptions ro;
+    ro.rank = options.tp_rank;
+    ro.world_size = options.tp_size;
+    ro.comm = impl->tp;
+    ro.pool = impl->pool.get();
+    ro.max_positions = impl->max_context;
+    TS_ASSIGN_OR_RETURN(impl->runner, TransformerRunner::Create(*impl->source, ro));
+    KvCacheConfig probe = impl->runner->MakeKvConfig(options.page_size, 1);
+    probe.dtype = kv_dtype;
+    if (n_pages <= 0)
+      n_pages = std::max<int64_t>(1, options.kv_memory_mb * (1LL << 20) /
+                                         PagedKvCache::BytesForPages(probe, 1));
+    KvCacheConfig kv_config = impl->runner->MakeKvConfig(options.page_size, n_pages);
+    kv_config.dtype = kv_dtype;
+    impl->kv = std::make_unique<PagedKvCache>(kv_config);
+    kv_bytes = PagedKvCache::BytesForPages(kv_config, n_pages);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device must be cpu or cuda, got '", options.device, "'"));
+  }
   impl->pages = std::make_unique<PagePool>(n_pages, options.page_size);
   TS_RETURN_IF_ERROR(ValidateSelectionSpec(options.default_selection, options.page_size));
   if (impl->tp != nullptr) {
@@ -700,8 +742,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
                << mc.n_layers << " layers, dim " << mc.dim << ", " << mc.n_heads << "/"
                << mc.n_kv_heads << " heads, vocab " << mc.vocab_size << "; KV " << n_pages
                << " pages of " << options.page_size << " tokens, " << KvDtypeName(kv_dtype)
-               << " (" << PagedKvCache::BytesForPages(impl->kv->config(), n_pages) / (1 << 20)
-               << " MiB)";
+               << " (" << kv_bytes / (1 << 20) << " MiB) on " << options.device;
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -721,8 +762,9 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;
   s->sampler = std::make_unique<Sampler>(sp);
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
-  const PolicyContext ctx = MakePolicyContext(m.runner->config(), m.runner->local_kv_heads(),
-                                              m.opts.page_size, m.kv->dtype(), sp.seed);
+  const PolicyContext ctx = MakePolicyContext(
+      m.model(), m.runner ? m.runner->local_kv_heads() : m.model().n_kv_heads, m.opts.page_size,
+      m.kv ? m.kv->dtype() : KvDtype::kF16, sp.seed);
   TS_ASSIGN_OR_RETURN(s->policy, CreatePolicy(spec, ctx));
   s->uid = m.next_uid++;
   s->spec = spec;
@@ -804,7 +846,7 @@ absl::Status Engine::TpStatus() const {
   return impl_->tp_status;
 }
 
-const ModelConfig& Engine::model_config() const { return impl_->runner->config(); }
+const ModelConfig& Engine::model_config() const { return impl_->model(); }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
 const EngineOptions& Engine::options() const { return impl_->opts; }
 int Engine::max_context() const { return impl_->max_context; }

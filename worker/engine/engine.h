@@ -39,6 +39,10 @@ struct EngineOptions {
   int64_t kv_pages = 0;          // 0: sized from kv_memory_mb
   int64_t kv_memory_mb = 512;    // KV pool size when kv_pages == 0
   std::string kv_dtype = "f16";  // "f16" or "int8"
+  // "cpu" or "cuda" (worker/runner/cuda_runner.h: Llama family, policies dense and quest).
+  std::string device = "cpu";
+  int cuda_device_pages = 0;     // cuda: tiered KV with this many device pages per layer (0: off)
+  bool cuda_graphs = true;       // cuda: replay decode steps as CUDA graphs
   int max_context = 0;           // 0: the model's trained context
   int max_batch = 16;            // running sequences per step
   int max_step_tokens = 512;     // prefill chunk budget per step (chunked prefill)

@@ -253,6 +253,38 @@ TEST(Engine, BadInputIsRejectedNamingTheField) {
   EXPECT_NE(m.status().message().find("/nonexistent/model.gguf"), std::string::npos);
 }
 
+// --device: an unknown name, a CPU-only policy on cuda, and a model the GPU path cannot run all
+// fail at creation with the field named. (The device forward itself is tested against a CPU
+// reference by kernels/cuda/device_model_test on a GPU.)
+TEST(Engine, DeviceOptionErrorsNameTheProblem) {
+  EngineOptions bad = Options();
+  bad.device = "tpu";
+  auto e = Engine::Create(bad);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("device must be cpu or cuda"), std::string::npos);
+
+  EngineOptions h2o = Options();
+  h2o.device = "cuda";
+  h2o.default_selection.policy = "h2o";
+  e = Engine::Create(h2o);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("selection.policy"), std::string::npos) << e.status();
+
+  EngineOptions int8 = Options();
+  int8.device = "cuda";
+  int8.kv_dtype = "int8";
+  e = Engine::Create(int8);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+
+  // stories260K has head_dim 8: without a GPU (or a CUDA build) and with one, creation fails
+  // with FailedPrecondition naming --device cuda.
+  EngineOptions cuda = Options();
+  cuda.device = "cuda";
+  e = Engine::Create(cuda);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
+  EXPECT_NE(e.status().message().find("--device cuda"), std::string::npos) << e.status();
+}
+
 TEST(Engine, FullQueueIsResourceExhaustedAndDrainIsUnavailable) {
   EngineOptions o = Options();
   o.max_queue = 2;

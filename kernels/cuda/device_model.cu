@@ -1,0 +1,798 @@
+#include "kernels/cuda/device_model.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "kernels/cuda/activation.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/decode_attention.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/kv_append.cuh"
+#include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/page_residency.h"
+#include "kernels/cuda/prefill_attention.cuh"
+#include "kernels/cuda/rope.cuh"
+
+namespace tinyserve::cuda {
+namespace {
+
+// dst[r] = src[rows[r]], r < n_rows; rows of `n` 16-bit elements (n % 8 == 0).
+__global__ void GatherRowsKernel(const uint4* src, const int32_t* rows, uint4* dst, int n_vec) {
+  const int r = blockIdx.x;
+  const uint4* s = src + static_cast<int64_t>(rows[r]) * n_vec;
+  uint4* d = dst + static_cast<int64_t>(r) * n_vec;
+  for (int i = threadIdx.x; i < n_vec; i += blockDim.x) d[i] = s[i];
+}
+
+// Copies whole pages (all KV heads of one layer) from home to device slots: pair i moves page
+// pairs[2i] of (home_k, home_v) to slot pairs[2i+1] of (slot_k, slot_v). page_vec: 16-byte
+// vectors per page.
+__global__ void CopyPagesKernel(const uint4* home_k, const uint4* home_v, uint4* slot_k,
+                                uint4* slot_v, const int32_t* pairs, int64_t page_vec) {
+  const int i = blockIdx.x;
+  const uint4* src = (blockIdx.y == 0 ? home_k : home_v) + pairs[2 * i] * page_vec;
+  uint4* dst = (blockIdx.y == 0 ? slot_k : slot_v) + pairs[2 * i + 1] * page_vec;
+  for (int64_t j = threadIdx.x; j < page_vec; j += blockDim.x) dst[j] = src[j];
+}
+
+std::string CudaError(const char* what, cudaError_t e) {
+  std::string s = std::string(what) + ": " + cudaGetErrorString(e);
+  const char* why = LastLaunchError();
+  if (why != nullptr && *why != '\0') s += std::string(" (") + why + ")";
+  return s;
+}
+
+// One decode group: consecutive decode sequences sharing an attention spec.
+struct Group {
+  int begin = 0, size = 0;
+  DeviceAttention att;
+};
+
+// A graph is keyed by the decode groups of a decode-only step.
+struct GraphKey {
+  std::vector<Group> groups;
+  bool operator<(const GraphKey& o) const {
+    if (groups.size() != o.groups.size()) return groups.size() < o.groups.size();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const Group &a = groups[i], &b = o.groups[i];
+      auto t = [](const Group& g) {
+        return std::make_tuple(g.begin, g.size, g.att.quest, g.att.budget_pages,
+                               g.att.sink_pages, g.att.dense_layers, g.att.gqa_max);
+      };
+      if (t(a) != t(b)) return t(a) < t(b);
+    }
+    return false;
+  }
+};
+
+struct GraphEntry {
+  int seen = 0;
+  cudaGraphExec_t exec = nullptr;
+};
+
+constexpr int kMaxGraphs = 64;
+
+}  // namespace
+
+struct DeviceModel::Impl {
+  DeviceModelConfig c;
+  DType dt = DType::kF16;
+  size_t elt = 2;
+  int qdim = 0, kdim = 0, qkv_dim = 0;
+  PagedKvLayout pool_layout, slot_layout;
+  cudaStream_t stream = nullptr;
+  CublasGemm gemm;
+  std::vector<void*> device_allocs;
+  std::vector<void*> host_allocs;
+
+  struct Layer {
+    void *attn_norm, *wqkv, *wo, *ffn_norm, *wgu, *wdown;
+    void *k, *v, *kmin, *kmax;         // k/v: device, or home (mapped host) when tiered
+    void *slot_k = nullptr, *slot_v = nullptr;  // tiered: device slots
+    std::unique_ptr<PageResidency> residency;    // tiered only
+  };
+  std::vector<Layer> layers;
+  void *embed = nullptr, *out_norm = nullptr, *lm_head = nullptr;
+
+  // Activations.
+  void *x, *h, *qkv, *attn, *tmp, *gu, *act, *hsel;
+  float* logits_dev = nullptr;
+  float* logits_host = nullptr;  // pinned
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+
+  // Per-step integers: one pinned host block mirrored by one device block.
+  struct StepLayout {
+    size_t ids, positions, new_indptr, seq_lens, page_indptr, page_indices, q_indptr, logit_rows,
+        total;
+  } sl{};
+  int32_t* step_host = nullptr;
+  int32_t* step_dev = nullptr;
+  // Quest selection outputs: [n_layers][max_batch][H_kv] counts, and (tiered) lists.
+  int32_t *sel_count_dev = nullptr, *sel_count_host = nullptr;
+  int32_t *sel_pages_dev = nullptr, *sel_pages_host = nullptr;
+  // Tiered: page lists in slot ids, their counts, and copy pairs (device + pinned staging).
+  int32_t *slot_lists_dev = nullptr, *slot_lists_host = nullptr;
+  int32_t *slot_counts_dev = nullptr, *slot_counts_host = nullptr;
+  int32_t *pairs_dev = nullptr, *pairs_host = nullptr;
+
+  std::map<GraphKey, GraphEntry> graphs;
+  DeviceStepStats stats;
+
+  ~Impl() {
+    for (auto& [k, g] : graphs)
+      if (g.exec) cudaGraphExecDestroy(g.exec);
+    for (void* p : device_allocs) cudaFree(p);
+    for (void* p : host_allocs) cudaFreeHost(p);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  bool Alloc(void** p, size_t bytes, std::string* error) {
+    cudaError_t e = cudaMalloc(p, std::max<size_t>(bytes, 256));
+    if (e != cudaSuccess) {
+      *error = CudaError("cudaMalloc", e) + " for " + std::to_string(bytes) + " bytes";
+      return false;
+    }
+    device_allocs.push_back(*p);
+    return true;
+  }
+  bool AllocHost(void** p, size_t bytes, unsigned flags, std::string* error) {
+    cudaError_t e = cudaHostAlloc(p, std::max<size_t>(bytes, 256), flags);
+    if (e != cudaSuccess) {
+      *error = CudaError("cudaHostAlloc", e) + " for " + std::to_string(bytes) + " bytes";
+      return false;
+    }
+    host_allocs.push_back(*p);
+    return true;
+  }
+  bool Tiered(int layer) const { return c.device_pages > 0 && layer >= c.resident_layers; }
+  int64_t PageBytes() const {  // K + V of one page of one layer
+    return 2 * int64_t{c.n_kv_heads} * c.page_size * c.head_dim * static_cast<int64_t>(elt);
+  }
+
+  bool Init(std::string* error);
+  bool Run(const std::vector<DeviceSeq>& batch, std::vector<float>* logits, std::string* error);
+  // Enqueues the whole step on `stream` (no host synchronisation unless tiered).
+  cudaError_t Enqueue(int T, int n_seq, int nd, int max_new, int max_q_prefill, int n_logit_rows,
+                      const std::vector<Group>& groups, const std::vector<int>& seq_len,
+                      const std::vector<std::vector<int32_t>>& tables, std::string* where);
+  cudaError_t DecodeAttention(int layer, const Group& g, const std::vector<int>& seq_len,
+                              const std::vector<std::vector<int32_t>>& tables, std::string* where);
+  DecodeAttentionParams DecodeParams(int layer, const Group& g) const;
+};
+
+bool DeviceModel::Impl::Init(std::string* error) {
+  if (CudaDeviceCount() == 0) {
+    *error = "no CUDA device is available";
+    return false;
+  }
+  if (c.n_layers <= 0 || c.dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.ffn_dim <= 0 ||
+      c.vocab <= 0) {
+    *error = "model shape must be positive";
+    return false;
+  }
+  if (c.head_dim != 64 && c.head_dim != 128) {
+    *error = "head_dim " + std::to_string(c.head_dim) + " is not supported on CUDA (64 or 128)";
+    return false;
+  }
+  if (c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > kMaxGqaGroup) {
+    *error = "query heads per KV head must be an integer <= 8 on CUDA";
+    return false;
+  }
+  if (c.dim % 8 != 0 || c.ffn_dim % 8 != 0) {
+    *error = "dim and ffn_dim must be multiples of 8 on CUDA";
+    return false;
+  }
+  if (c.page_size <= 0 || c.page_size > 32 || (c.page_size & (c.page_size - 1)) != 0) {
+    *error = "page_size must be a power of two <= 32 on CUDA";
+    return false;
+  }
+  if (c.num_pages <= 0 || c.max_batch <= 0 || c.max_tokens < c.max_batch ||
+      c.max_pages_per_seq <= 0) {
+    *error = "num_pages, max_batch, max_tokens (>= max_batch) and max_pages_per_seq must be > 0";
+    return false;
+  }
+  if (c.device_pages < 0 || c.resident_layers < 0) {
+    *error = "device_pages and resident_layers must be >= 0";
+    return false;
+  }
+  if (cudaError_t e = cudaSetDevice(c.device); e != cudaSuccess) {
+    *error = CudaError("cudaSetDevice", e);
+    return false;
+  }
+  dt = c.bf16 ? DType::kBF16 : DType::kF16;
+  elt = 2;
+  qdim = c.n_heads * c.head_dim;
+  kdim = c.n_kv_heads * c.head_dim;
+  qkv_dim = qdim + 2 * kdim;
+  pool_layout = PagedKvLayout{c.num_pages, c.n_kv_heads, c.page_size, c.head_dim};
+  slot_layout = PagedKvLayout{std::max(1, c.device_pages), c.n_kv_heads, c.page_size, c.head_dim};
+  if (!pool_layout.Valid()) {
+    *error = "KV layout is invalid (too many pages?)";
+    return false;
+  }
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+    *error = CudaError("cudaStreamCreate", e);
+    return false;
+  }
+  if (!gemm.Init()) {
+    *error = std::string("cuBLAS: ") + LastLaunchError();
+    return false;
+  }
+  const size_t D = c.dim, F = c.ffn_dim, V = c.vocab, M = c.max_tokens;
+  bool ok = Alloc(&embed, V * D * elt, error) && Alloc(&out_norm, D * elt, error) &&
+            Alloc(&lm_head, V * D * elt, error);
+  layers.resize(c.n_layers);
+  const size_t kv_bytes = pool_layout.KvElements() * elt, meta = pool_layout.MetaElements() * elt;
+  for (int l = 0; ok && l < c.n_layers; ++l) {
+    Layer& L = layers[l];
+    ok = Alloc(&L.attn_norm, D * elt, error) && Alloc(&L.wqkv, size_t(qkv_dim) * D * elt, error) &&
+         Alloc(&L.wo, D * qdim * elt, error) && Alloc(&L.ffn_norm, D * elt, error) &&
+         Alloc(&L.wgu, 2 * F * D * elt, error) && Alloc(&L.wdown, D * F * elt, error) &&
+         Alloc(&L.kmin, meta, error) && Alloc(&L.kmax, meta, error);
+    if (!ok) break;
+    if (Tiered(l)) {
+      void *hk, *hv;
+      ok = AllocHost(&hk, kv_bytes, cudaHostAllocMapped, error) &&
+           AllocHost(&hv, kv_bytes, cudaHostAllocMapped, error) &&
+           Alloc(&L.slot_k, slot_layout.KvElements() * elt, error) &&
+           Alloc(&L.slot_v, slot_layout.KvElements() * elt, error);
+      if (!ok) break;
+      std::memset(hk, 0, kv_bytes);
+      std::memset(hv, 0, kv_bytes);
+      if (cudaHostGetDevicePointer(&L.k, hk, 0) != cudaSuccess ||
+          cudaHostGetDevicePointer(&L.v, hv, 0) != cudaSuccess) {
+        *error = "cudaHostGetDevicePointer failed (mapped pinned memory unsupported?)";
+        return false;
+      }
+      L.residency = std::make_unique<PageResidency>(c.device_pages);
+    } else {
+      ok = Alloc(&L.k, kv_bytes, error) && Alloc(&L.v, kv_bytes, error);
+      if (ok) ok = cudaMemset(L.k, 0, kv_bytes) == cudaSuccess &&
+                   cudaMemset(L.v, 0, kv_bytes) == cudaSuccess;
+    }
+  }
+  ok = ok && Alloc(&x, M * D * elt, error) && Alloc(&h, M * D * elt, error) &&
+       Alloc(&qkv, M * qkv_dim * elt, error) && Alloc(&attn, M * qdim * elt, error) &&
+       Alloc(&tmp, M * D * elt, error) && Alloc(&gu, M * 2 * F * elt, error) &&
+       Alloc(&act, M * F * elt, error) && Alloc(&hsel, M * D * elt, error) &&
+       Alloc(reinterpret_cast<void**>(&logits_dev), M * V * sizeof(float), error) &&
+       AllocHost(reinterpret_cast<void**>(&logits_host), M * V * sizeof(float), 0, error);
+  if (!ok) return false;
+
+  // Step integers.
+  const size_t B = c.max_batch, W = c.max_pages_per_seq;
+  size_t off = 0;
+  auto take = [&](size_t n) {
+    const size_t r = off;
+    off += (n + 63) / 64 * 64;  // 256-byte aligned pieces
+    return r;
+  };
+  sl.ids = take(M);
+  sl.positions = take(M);
+  sl.new_indptr = take(B + 1);
+  sl.seq_lens = take(B);
+  sl.page_indptr = take(B + 1);
+  sl.page_indices = take(B * W);
+  sl.q_indptr = take(B + 1);
+  sl.logit_rows = take(M);
+  sl.total = off;
+  ok = AllocHost(reinterpret_cast<void**>(&step_host), off * 4, 0, error) &&
+       Alloc(reinterpret_cast<void**>(&step_dev), off * 4, error);
+  const size_t counts = size_t(c.n_layers) * B * c.n_kv_heads;
+  ok = ok && Alloc(reinterpret_cast<void**>(&sel_count_dev), counts * 4, error) &&
+       AllocHost(reinterpret_cast<void**>(&sel_count_host), counts * 4, 0, error);
+  if (ok && c.device_pages > 0) {
+    const size_t lists = B * c.n_kv_heads * W;
+    ok = Alloc(reinterpret_cast<void**>(&sel_pages_dev), lists * 4, error) &&
+         AllocHost(reinterpret_cast<void**>(&sel_pages_host), lists * 4, 0, error) &&
+         Alloc(reinterpret_cast<void**>(&slot_lists_dev), lists * 4, error) &&
+         AllocHost(reinterpret_cast<void**>(&slot_lists_host), lists * 4, 0, error) &&
+         Alloc(reinterpret_cast<void**>(&slot_counts_dev), B * c.n_kv_heads * 4, error) &&
+         AllocHost(reinterpret_cast<void**>(&slot_counts_host), B * c.n_kv_heads * 4, 0, error) &&
+         Alloc(reinterpret_cast<void**>(&pairs_dev), 2 * size_t(c.device_pages) * 4, error) &&
+         AllocHost(reinterpret_cast<void**>(&pairs_host), 2 * size_t(c.device_pages) * 4, 0,
+                   error);
+  }
+  if (!ok) return false;
+
+  // Decode workspace: the largest any batch size, dense or Quest at the largest budget, needs.
+  for (int b = 1; b <= c.max_batch; ++b) {
+    DecodeAttentionParams p;
+    p.dtype = dt;
+    p.layout = pool_layout;
+    p.batch = b;
+    p.num_q_heads = c.n_heads;
+    p.max_pages_per_seq = c.max_pages_per_seq;
+    p.budget_pages = c.max_pages_per_seq;
+    workspace_bytes = std::max({workspace_bytes, DecodeWorkspaceBytes(p, false),
+                                DecodeWorkspaceBytes(p, true)});
+  }
+  return Alloc(&workspace, workspace_bytes, error);
+}
+
+DecodeAttentionParams DeviceModel::Impl::DecodeParams(int layer, const Group& g) const {
+  const Layer& L = layers[layer];
+  DecodeAttentionParams p;
+  p.dtype = dt;
+  p.layout = pool_layout;
+  p.batch = g.size;
+  p.num_q_heads = c.n_heads;
+  p.q = static_cast<const char*>(qkv) + size_t(g.begin) * qkv_dim * elt;
+  p.q_stride = qkv_dim;
+  p.out = static_cast<char*>(attn) + size_t(g.begin) * qdim * elt;
+  p.out_stride = qdim;
+  p.k_cache = L.k;
+  p.v_cache = L.v;
+  p.kmin = L.kmin;
+  p.kmax = L.kmax;
+  p.page_indptr = step_dev + sl.page_indptr + g.begin;
+  p.page_indices = step_dev + sl.page_indices;
+  p.seq_lens = step_dev + sl.seq_lens + g.begin;
+  p.max_pages_per_seq = c.max_pages_per_seq;
+  p.workspace = workspace;
+  p.workspace_bytes = workspace_bytes;
+  if (g.att.quest && layer >= g.att.dense_layers) {
+    p.budget_pages = std::min(g.att.budget_pages, c.max_pages_per_seq);
+    p.n_sink = std::min(g.att.sink_pages, p.budget_pages - 1);
+    p.aggregation = g.att.gqa_max ? GqaAggregation::kKvMax : GqaAggregation::kKvSum;
+    p.selected_count =
+        sel_count_dev + (size_t(layer) * c.max_batch + g.begin) * c.n_kv_heads;
+  }
+  return p;
+}
+
+cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const Group& g,
+                                               const std::vector<int>& seq_len,
+                                               const std::vector<std::vector<int32_t>>& tables,
+                                               std::string* where) {
+  Layer& L = layers[layer];
+  DecodeAttentionParams p = DecodeParams(layer, g);
+  const bool quest = p.budget_pages > 0;
+  if (!Tiered(layer)) {
+    *where = quest ? "QuestDecodeAttention" : "DenseDecodeAttention";
+    return quest ? QuestDecodeAttention(p, stream) : DenseDecodeAttention(p, stream);
+  }
+  // Tiered: find the pages the group attends (select on the device when Quest), as logical
+  // page lists per (sequence, KV head), stride `stride`.
+  const int W = c.max_pages_per_seq, P = c.page_size, H = c.n_kv_heads;
+  const int stride = quest ? p.budget_pages : W;
+  const size_t n_lists = size_t(g.size) * H;
+  std::vector<int32_t> lists(n_lists * stride), counts(n_lists);
+  // The pinned staging below is reused per layer: wait until the last upload from it is done
+  // (the Quest path waits anyway, for the selection readback).
+  if (!quest) {
+    *where = "tiered staging";
+    if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) return e;
+  }
+  if (quest) {
+    p.selected_pages = sel_pages_dev;
+    *where = "QuestSelectOnly";
+    if (cudaError_t e = QuestSelectOnly(p, stream); e != cudaSuccess) return e;
+    cudaMemcpyAsync(sel_pages_host, sel_pages_dev, n_lists * stride * 4, cudaMemcpyDeviceToHost,
+                    stream);
+    cudaMemcpyAsync(sel_count_host, p.selected_count, n_lists * 4, cudaMemcpyDeviceToHost, stream);
+    *where = "tiered selection readback";
+    if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) return e;
+    std::copy(sel_pages_host, sel_pages_host + lists.size(), lists.begin());
+    std::copy(sel_count_host, sel_count_host + n_lists, counts.begin());
+  } else {
+    for (int b = 0; b < g.size; ++b) {
+      const int n = (seq_len[g.begin + b] + P - 1) / P;
+      for (int hh = 0; hh < H; ++hh) {
+        counts[size_t(b) * H + hh] = n;
+        for (int j = 0; j < n; ++j) lists[(size_t(b) * H + hh) * stride + j] = j;
+      }
+    }
+  }
+  std::vector<int32_t> needed;
+  for (int b = 0; b < g.size; ++b)
+    for (int hh = 0; hh < H; ++hh)
+      for (int i = 0; i < counts[size_t(b) * H + hh]; ++i)
+        needed.push_back(tables[g.begin + b][lists[(size_t(b) * H + hh) * stride + i]]);
+  std::vector<PageResidency::Copy> copies;
+  const int64_t hits0 = L.residency->totals().hits, miss0 = L.residency->totals().misses;
+  if (!L.residency->Ensure(needed, &copies)) {
+    // Over capacity: attend over home memory directly (Quest selects again: same pages).
+    std::sort(needed.begin(), needed.end());
+    stats.bytes_direct +=
+        int64_t(std::unique(needed.begin(), needed.end()) - needed.begin()) * PageBytes();
+    p.selected_pages = nullptr;
+    *where = quest ? "QuestDecodeAttention (home)" : "DenseDecodeAttention (home)";
+    return quest ? QuestDecodeAttention(p, stream) : DenseDecodeAttention(p, stream);
+  }
+  stats.tier_hits += L.residency->totals().hits - hits0;
+  stats.tier_misses += L.residency->totals().misses - miss0;
+  stats.bytes_moved += int64_t(copies.size()) * PageBytes();
+  if (!copies.empty()) {
+    for (size_t i = 0; i < copies.size(); ++i) {
+      pairs_host[2 * i] = copies[i].page;
+      pairs_host[2 * i + 1] = copies[i].slot;
+    }
+    cudaMemcpyAsync(pairs_dev, pairs_host, copies.size() * 8, cudaMemcpyHostToDevice, stream);
+    const int64_t page_vec = PageBytes() / 2 / 16;
+    CopyPagesKernel<<<dim3(static_cast<unsigned>(copies.size()), 2), 256, 0, stream>>>(
+        static_cast<const uint4*>(L.k), static_cast<const uint4*>(L.v),
+        static_cast<uint4*>(L.slot_k), static_cast<uint4*>(L.slot_v), pairs_dev, page_vec);
+    *where = "CopyPagesKernel";
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  // The lists in device slots, then attend over the slots.
+  for (int b = 0; b < g.size; ++b)
+    for (int hh = 0; hh < H; ++hh) {
+      const size_t row = size_t(b) * H + hh;
+      for (int i = 0; i < counts[row]; ++i)
+        slot_lists_host[row * stride + i] =
+            L.residency->SlotOf(tables[g.begin + b][lists[row * stride + i]]);
+      slot_counts_host[row] = counts[row];
+    }
+  cudaMemcpyAsync(slot_lists_dev, slot_lists_host, n_lists * stride * 4, cudaMemcpyHostToDevice,
+                  stream);
+  cudaMemcpyAsync(slot_counts_dev, slot_counts_host, n_lists * 4, cudaMemcpyHostToDevice, stream);
+  p.layout = slot_layout;
+  p.k_cache = L.slot_k;
+  p.v_cache = L.slot_v;
+  p.budget_pages = stride;
+  p.selected_pages = nullptr;
+  *where = "AttendPageLists (slots)";
+  return AttendPageLists(p, slot_lists_dev, slot_counts_dev, stream);
+}
+
+cudaError_t DeviceModel::Impl::Enqueue(int T, int n_seq, int nd, int max_new, int max_q_prefill,
+                                       int n_logit_rows, const std::vector<Group>& groups,
+                                       const std::vector<int>& seq_len,
+                                       const std::vector<std::vector<int32_t>>& tables,
+                                       std::string* where) {
+  const int D = c.dim, F = c.ffn_dim, hd = c.head_dim;
+  auto row = [&](void* base, size_t r, size_t width) {
+    return static_cast<char*>(base) + r * width * elt;
+  };
+#define TS_ENQ(call)                                  \
+  do {                                                \
+    cudaError_t e_ = (call);                          \
+    if (e_ != cudaSuccess) {                          \
+      if (where->empty()) *where = #call;             \
+      return e_;                                      \
+    }                                                 \
+  } while (0)
+  TS_ENQ(EmbeddingLookup(dt, embed, step_dev + sl.ids, x, T, c.vocab, D, stream));
+  for (int l = 0; l < c.n_layers; ++l) {
+    Layer& L = layers[l];
+    TS_ENQ(RmsNorm(dt, l == 0 ? x : tmp, L.attn_norm, h, l == 0 ? nullptr : x, T, D, c.norm_eps,
+                   stream));
+    TS_ENQ(gemm.Linear(dt, h, L.wqkv, qkv, T, qkv_dim, D, stream));
+    RopeParams rp;
+    rp.dtype = dt;
+    rp.q = qkv;
+    rp.q_stride = qkv_dim;
+    rp.k = row(qkv, 0, 1) + size_t(qdim) * elt;
+    rp.k_stride = qkv_dim;
+    rp.positions = step_dev + sl.positions;
+    rp.tokens = T;
+    rp.num_q_heads = c.n_heads;
+    rp.num_kv_heads = c.n_kv_heads;
+    rp.head_dim = hd;
+    rp.theta = c.rope_theta;
+    rp.style = c.rope_adjacent ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
+    TS_ENQ(ApplyRope(rp, stream));
+    KvAppendParams kp;
+    kp.dtype = dt;
+    kp.layout = pool_layout;
+    kp.batch = n_seq;
+    kp.k_new = static_cast<char*>(qkv) + size_t(qdim) * elt;
+    kp.v_new = static_cast<char*>(qkv) + size_t(qdim + kdim) * elt;
+    kp.new_stride = qkv_dim;
+    kp.new_indptr = step_dev + sl.new_indptr;
+    kp.seq_lens = step_dev + sl.seq_lens;
+    kp.page_indptr = step_dev + sl.page_indptr;
+    kp.page_indices = step_dev + sl.page_indices;
+    kp.max_new_per_seq = max_new;
+    kp.k_cache = L.k;
+    kp.v_cache = L.v;
+    kp.kmin = L.kmin;
+    kp.kmax = L.kmax;
+    TS_ENQ(AppendPagedKv(kp, stream));
+    for (const Group& g : groups) {
+      cudaError_t e = DecodeAttention(l, g, seq_len, tables, where);
+      if (e != cudaSuccess) return e;
+    }
+    if (nd < n_seq) {
+      PrefillAttentionParams pp;
+      pp.dtype = dt;
+      pp.layout = pool_layout;
+      pp.batch = n_seq - nd;
+      pp.num_q_heads = c.n_heads;
+      pp.q = row(qkv, nd, qkv_dim);
+      pp.q_stride = qkv_dim;
+      pp.out = row(attn, nd, qdim);
+      pp.out_stride = qdim;
+      pp.q_indptr = step_dev + sl.q_indptr;
+      pp.seq_lens = step_dev + sl.seq_lens + nd;
+      pp.page_indptr = step_dev + sl.page_indptr + nd;
+      pp.page_indices = step_dev + sl.page_indices;
+      pp.k_cache = L.k;
+      pp.v_cache = L.v;
+      pp.max_q_per_seq = max_q_prefill;
+      TS_ENQ(PrefillAttention(pp, stream));
+    }
+    TS_ENQ(gemm.Linear(dt, attn, L.wo, tmp, T, D, qdim, stream));
+    TS_ENQ(RmsNorm(dt, tmp, L.ffn_norm, h, x, T, D, c.norm_eps, stream));
+    TS_ENQ(gemm.Linear(dt, h, L.wgu, gu, T, 2 * F, D, stream));
+    TS_ENQ(SwiGlu(dt, gu, 2 * F, row(gu, 0, 1) + size_t(F) * elt, 2 * F, act, F, T, F, stream));
+    TS_ENQ(gemm.Linear(dt, act, L.wdown, tmp, T, D, F, stream));
+  }
+  TS_ENQ(RmsNorm(dt, tmp, out_norm, h, x, T, D, c.norm_eps, stream));
+  GatherRowsKernel<<<n_logit_rows, 128, 0, stream>>>(
+      static_cast<const uint4*>(h), step_dev + sl.logit_rows, static_cast<uint4*>(hsel),
+      D * static_cast<int>(elt) / 16);
+  TS_ENQ(cudaGetLastError());
+  TS_ENQ(gemm.LinearF32Out(dt, hsel, lm_head, logits_dev, n_logit_rows, c.vocab, D, stream));
+  TS_ENQ(cudaMemcpyAsync(logits_host, logits_dev, size_t(n_logit_rows) * c.vocab * 4,
+                         cudaMemcpyDeviceToHost, stream));
+  TS_ENQ(cudaMemcpyAsync(sel_count_host, sel_count_dev,
+                         size_t(c.n_layers) * c.max_batch * c.n_kv_heads * 4,
+                         cudaMemcpyDeviceToHost, stream));
+#undef TS_ENQ
+  return cudaSuccess;
+}
+
+bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<float>* logits,
+                            std::string* error) {
+  stats = DeviceStepStats();
+  const int n_seq = static_cast<int>(batch.size());
+  if (n_seq == 0) {
+    logits->clear();
+    return true;
+  }
+  if (n_seq > c.max_batch) {
+    *error = "batch of " + std::to_string(n_seq) + " sequences exceeds max_batch " +
+             std::to_string(c.max_batch);
+    return false;
+  }
+  const int P = c.page_size, W = c.max_pages_per_seq;
+  int T = 0;
+  for (const DeviceSeq& s : batch) {
+    if (s.n <= 0 || s.tokens == nullptr) {
+      *error = "a sequence in the batch has no new tokens";
+      return false;
+    }
+    const int64_t len = s.start_pos + s.n;
+    const int64_t need = (len + P - 1) / P;
+    if (need > W || s.n_pages < need || s.pages == nullptr) {
+      *error = "page table does not cover the sequence (or exceeds max_pages_per_seq)";
+      return false;
+    }
+    for (int j = 0; j < need; ++j)
+      if (s.pages[j] < 0 || s.pages[j] >= c.num_pages) {
+        *error = "page id " + std::to_string(s.pages[j]) + " is out of range";
+        return false;
+      }
+    for (int i = 0; i < s.n; ++i)
+      if (s.tokens[i] < 0 || s.tokens[i] >= c.vocab) {
+        *error = "token id " + std::to_string(s.tokens[i]) + " is out of range";
+        return false;
+      }
+    T += s.n;
+  }
+  if (T > c.max_tokens) {
+    *error = "step of " + std::to_string(T) + " tokens exceeds max_tokens " +
+             std::to_string(c.max_tokens);
+    return false;
+  }
+  // Order: decode sequences grouped by attention spec (first-seen order), then prefill ones.
+  std::vector<int> order;
+  std::vector<Group> groups;
+  std::vector<DeviceAttention> specs;
+  for (int i = 0; i < n_seq; ++i) {
+    if (batch[i].n != 1) continue;
+    if (std::find(specs.begin(), specs.end(), batch[i].attention) == specs.end())
+      specs.push_back(batch[i].attention);
+  }
+  for (const DeviceAttention& a : specs) {
+    Group g;
+    g.begin = static_cast<int>(order.size());
+    g.att = a;
+    for (int i = 0; i < n_seq; ++i)
+      if (batch[i].n == 1 && batch[i].attention == a) order.push_back(i);
+    g.size = static_cast<int>(order.size()) - g.begin;
+    if (g.att.quest && g.att.budget_pages < 1) {
+      *error = "quest budget_pages must be >= 1";
+      return false;
+    }
+    groups.push_back(g);
+  }
+  const int nd = static_cast<int>(order.size());
+  for (int i = 0; i < n_seq; ++i)
+    if (batch[i].n != 1) order.push_back(i);
+
+  // Fill the step integers (pinned staging), in the new order.
+  int32_t* S = step_host;
+  std::vector<int> seq_len(n_seq), first_row(n_seq);  // by new index / by original index
+  std::vector<std::vector<int32_t>> tables(n_seq);
+  int r = 0, max_new = 1, max_q_prefill = 1, qp = 0;
+  std::vector<int32_t> written;  // pages appended to this step (tiered invalidation)
+  S[sl.new_indptr] = 0;
+  S[sl.q_indptr] = 0;
+  for (int k = 0; k < n_seq; ++k) {
+    const DeviceSeq& s = batch[order[k]];
+    first_row[order[k]] = r;
+    for (int i = 0; i < s.n; ++i, ++r) {
+      S[sl.ids + r] = s.tokens[i];
+      S[sl.positions + r] = static_cast<int32_t>(s.start_pos + i);
+    }
+    S[sl.new_indptr + k + 1] = r;
+    seq_len[k] = static_cast<int>(s.start_pos + s.n);
+    S[sl.seq_lens + k] = seq_len[k];
+    S[sl.page_indptr + k] = k * W;
+    const int need = (seq_len[k] + P - 1) / P;
+    tables[k].assign(s.pages, s.pages + need);
+    std::copy(s.pages, s.pages + need, S + sl.page_indices + size_t(k) * W);
+    std::fill(S + sl.page_indices + size_t(k) * W + need, S + sl.page_indices + size_t(k + 1) * W,
+              0);
+    for (int j = static_cast<int>(s.start_pos / P); j < need; ++j) written.push_back(s.pages[j]);
+    max_new = std::max(max_new, s.n);
+    if (k >= nd) {
+      qp += s.n;
+      S[sl.q_indptr + (k - nd) + 1] = qp;
+      max_q_prefill = std::max(max_q_prefill, s.n);
+    }
+  }
+  S[sl.page_indptr + n_seq] = n_seq * W;
+  int n_logit_rows = 0;
+  for (int i = 0; i < n_seq; ++i) {
+    const DeviceSeq& s = batch[i];
+    for (int j = s.all_logits ? 0 : s.n - 1; j < s.n; ++j)
+      S[sl.logit_rows + n_logit_rows++] = first_row[i] + j;
+  }
+  for (auto& L : layers)
+    if (L.residency) L.residency->Invalidate(written);
+
+  std::string where;
+  cudaError_t e = cudaMemcpyAsync(step_dev, step_host, sl.total * 4, cudaMemcpyHostToDevice, stream);
+  if (e != cudaSuccess) {
+    *error = CudaError("step upload", e);
+    return false;
+  }
+  const bool graphable = c.cuda_graphs && c.device_pages == 0 && nd == n_seq &&
+                         n_logit_rows == n_seq;
+  GraphEntry* ge = nullptr;
+  if (graphable) {
+    GraphKey key{groups};
+    auto it = graphs.find(key);
+    if (it != graphs.end() || graphs.size() < kMaxGraphs) ge = &graphs[key];
+  }
+  if (ge != nullptr && ge->exec == nullptr && ge->seen >= 1) {
+    // Second sighting: capture (the first, eager run did the one-time attribute setup).
+    cudaGraph_t graph = nullptr;
+    e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+      const cudaError_t ee = Enqueue(T, n_seq, nd, max_new, max_q_prefill, n_logit_rows, groups,
+                                     seq_len, tables, &where);
+      e = cudaStreamEndCapture(stream, &graph);
+      if (ee != cudaSuccess) e = ee;
+    }
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&ge->exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+      *error = CudaError(("graph capture: " + where).c_str(), e);
+      return false;
+    }
+  }
+  if (ge != nullptr) ge->seen++;
+  if (ge != nullptr && ge->exec != nullptr) {
+    e = cudaGraphLaunch(ge->exec, stream);
+    where = "cudaGraphLaunch";
+    stats.graph_replayed = true;
+  } else {
+    e = Enqueue(T, n_seq, nd, max_new, max_q_prefill, n_logit_rows, groups, seq_len, tables,
+                &where);
+  }
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) {
+    *error = CudaError(where.c_str(), e);
+    return false;
+  }
+  logits->assign(logits_host, logits_host + size_t(n_logit_rows) * c.vocab);
+  // Selection statistics.
+  for (const Group& g : groups)
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int b = 0; b < g.size; ++b) {
+        const int n_pages = (seq_len[g.begin + b] + P - 1) / P;
+        stats.pages_total += int64_t{n_pages} * c.n_kv_heads;
+        if (g.att.quest && l >= g.att.dense_layers) {
+          for (int hh = 0; hh < c.n_kv_heads; ++hh)
+            stats.pages_attended +=
+                sel_count_host[(size_t(l) * c.max_batch + g.begin + b) * c.n_kv_heads + hh];
+        } else {
+          stats.pages_attended += int64_t{n_pages} * c.n_kv_heads;
+        }
+      }
+  return true;
+}
+
+DeviceModel::DeviceModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DeviceModel::~DeviceModel() = default;
+
+std::unique_ptr<DeviceModel> DeviceModel::Create(const DeviceModelConfig& config,
+                                                 std::string* error) {
+  auto impl = std::make_unique<Impl>();
+  impl->c = config;
+  if (!impl->Init(error)) return nullptr;
+  return std::unique_ptr<DeviceModel>(new DeviceModel(std::move(impl)));
+}
+
+const DeviceModelConfig& DeviceModel::config() const { return impl_->c; }
+const DeviceStepStats& DeviceModel::last_stats() const { return impl_->stats; }
+
+int64_t DeviceModel::KvBytesPerPage(const DeviceModelConfig& c) {
+  const int64_t per_layer = 2 * int64_t{c.n_kv_heads} * c.page_size * c.head_dim * 2 +  // K, V
+                            2 * int64_t{c.n_kv_heads} * c.head_dim * 2;                   // boxes
+  return per_layer * c.n_layers;
+}
+
+bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64_t count,
+                            std::string* error) {
+  Impl& m = *impl_;
+  const DeviceModelConfig& c = m.c;
+  const int64_t D = c.dim, F = c.ffn_dim, V = c.vocab;
+  void* base = nullptr;
+  int64_t offset = 0, expect = 0;  // elements
+  const bool per_layer = slot != WeightSlot::kEmbedding && slot != WeightSlot::kOutputNorm &&
+                         slot != WeightSlot::kLmHead;
+  if (per_layer && (layer < 0 || layer >= c.n_layers)) {
+    *error = "layer " + std::to_string(layer) + " is out of range";
+    return false;
+  }
+  Impl::Layer* L = per_layer ? &m.layers[layer] : nullptr;
+  switch (slot) {
+    case WeightSlot::kEmbedding: base = m.embed; expect = V * D; break;
+    case WeightSlot::kOutputNorm: base = m.out_norm; expect = D; break;
+    case WeightSlot::kLmHead: base = m.lm_head; expect = V * D; break;
+    case WeightSlot::kAttnNorm: base = L->attn_norm; expect = D; break;
+    case WeightSlot::kWq: base = L->wqkv; expect = int64_t{m.qdim} * D; break;
+    case WeightSlot::kWk: base = L->wqkv; offset = int64_t{m.qdim} * D; expect = int64_t{m.kdim} * D; break;
+    case WeightSlot::kWv: base = L->wqkv; offset = int64_t{m.qdim + m.kdim} * D; expect = int64_t{m.kdim} * D; break;
+    case WeightSlot::kWo: base = L->wo; expect = D * m.qdim; break;
+    case WeightSlot::kFfnNorm: base = L->ffn_norm; expect = D; break;
+    case WeightSlot::kWgate: base = L->wgu; expect = F * D; break;
+    case WeightSlot::kWup: base = L->wgu; offset = F * D; expect = F * D; break;
+    case WeightSlot::kWdown: base = L->wdown; expect = D * F; break;
+  }
+  if (count != expect || data == nullptr) {
+    *error = "weight has " + std::to_string(count) + " elements, expected " +
+             std::to_string(expect);
+    return false;
+  }
+  std::vector<uint16_t> conv(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    if (c.bf16) {
+      const __nv_bfloat16 v = __float2bfloat16_rn(data[i]);
+      std::memcpy(&conv[i], &v, 2);
+    } else {
+      const __half v = __float2half_rn(data[i]);
+      std::memcpy(&conv[i], &v, 2);
+    }
+  }
+  cudaError_t e = cudaMemcpy(static_cast<char*>(base) + offset * 2, conv.data(), count * 2,
+                             cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    *error = CudaError("weight upload", e);
+    return false;
+  }
+  return true;
+}
+
+bool DeviceModel::Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits,
+                          std::string* error) {
+  return impl_->Run(batch, logits, error);
+}
+
+}  // namespace tinyserve::cuda
