@@ -68,10 +68,12 @@ if [ -d build-gpu ]; then
 else
   echo "ctest rc=skipped (no build)" | tee -a "$STEPS"
 fi
-rm -f "$RES/attention.jsonl" "$RES/e2e.jsonl" "$RES/sdpa.jsonl"
+rm -f "$RES/attention.jsonl" "$RES/e2e.jsonl" "$RES/sdpa.jsonl" "$RES/model.jsonl"
 step attention_bench 150 "$BIN/cuda_attention_bench" --out "$RES/attention.jsonl" --max-seconds 110
 step e2e_bench 120 "$BIN/cuda_e2e_decode_bench" --out "$RES/e2e.jsonl" --contexts 8192,32768 \
   --batches 1,16 --budget 2048 --steps 20
+step model_bench 120 "$BIN/cuda_model_decode_bench" --out "$RES/model.jsonl" --context 8000 \
+  --batches 1,8 --steps 32
 step sdpa_bench 120 python3 scripts/gpu_sdpa_bench.py --out "$RES/sdpa.jsonl" --max-seconds 80
 if [ -x "$BIN/cuda_nccl_check" ]; then
   step nccl_check 60 "$BIN/cuda_nccl_check"
@@ -95,6 +97,7 @@ def load(name):
                 pass
     return out
 att, e2e, sdpa = load("attention.jsonl"), load("e2e.jsonl"), load("sdpa.jsonl")
+model = load("model.jsonl")
 print("\n================ TinyServe GPU check summary ================")
 print(open(os.path.join(res, "steps.txt")).read().strip().replace("\n", " | "))
 ct = os.path.join(res, "ctest.log")
@@ -136,4 +139,10 @@ for ctx in (8192, 32768):
             tq = rq[0]["tok_per_s"] if rq else float("nan")
             print("e2e tinyllama ctx %6d batch %2d: dense %8.1f tok/s  quest(2048) %8.1f tok/s  x%.2f"
                   % (ctx, b, td, tq, tq / td if rd and rq else float("nan")))
+for r in model:
+    print("DeviceModel smollm2-shape ctx %5d batch %2d %-12s %8.1f tok/s  pages %5.1f%%  tier hit %s"
+          "  moved %s KB/step" % (r["context"], r["batch"], r["mode"], r["tok_per_s"],
+                                  100 * r["pages_attended_frac"],
+                                  "%.1f%%" % (100 * r["tier_hit_rate"]) if r["tier_hit_rate"] >= 0 else "-",
+                                  "%.0f" % (r["bytes_moved_per_step"] / 1024) if r["device_pages"] else "-"))
 PY

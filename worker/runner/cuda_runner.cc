@@ -189,7 +189,8 @@ int64_t CudaRunner::KvBytesPerPage(const ModelConfig&, int) { return 0; }
 absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSource&,
                                                                const CudaRunnerOptions&) {
   return absl::FailedPreconditionError(
-      "--device cuda: this build has no CUDA backend (configure with nvcc and cuBLAS present)");
+      "--device cuda: this build has no CUDA runner (configure with nvcc and cuBLAS present and "
+      "-DTINYSERVE_CUDA_RUNNER=ON; see worker/runner/CMakeLists.txt)");
 }
 
 absl::Status CudaRunner::Forward(const std::vector<SeqInput>&,
