@@ -189,8 +189,7 @@ int64_t CudaRunner::KvBytesPerPage(const ModelConfig&, int) { return 0; }
 absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSource&,
                                                                const CudaRunnerOptions&) {
   return absl::FailedPreconditionError(
-      "--device cuda: this build has no CUDA runner (configure with nvcc and cuBLAS present and "
-      "-DTINYSERVE_CUDA_RUNNER=ON; see worker/runner/CMakeLists.txt)");
+      "--device cuda: this build has no CUDA runner (configure with nvcc and cuBLAS present)");
 }
 
 absl::Status CudaRunner::Forward(const std::vector<SeqInput>&,

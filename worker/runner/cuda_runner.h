@@ -10,9 +10,8 @@
 // SelectionSpec); other policies are CPU-only and rejected by the engine. Tensor parallelism and
 // GPT-2 are CPU-only for now (Unimplemented).
 //
-// Built only with the CUDA backend and -DTINYSERVE_CUDA_RUNNER=ON (off by default: see
-// worker/runner/CMakeLists.txt for the static-TLS conflict with the metrics server); without it
-// Create returns FailedPrecondition.
+// Built with the CUDA backend (nvcc and the cuBLAS headers found; cuBLAS itself is loaded at run
+// time); without it Create returns FailedPrecondition.
 #pragma once
 
 #include <cstdint>
