@@ -149,6 +149,16 @@ def build():
              (f"sum(rate(tinyserve_prefix_cache_hits_pages_total{W}{RI})) / "
               f"sum(rate(tinyserve_prefix_cache_queries_pages_total{W}{RI}))", "pages")],
             unit="percentunit", minmax=(0, 1), desc="rate(hits) / rate(queries)")
+    b.panel("Tiered KV: device page-cache hit rate (cuda)",
+            [(f"sum(rate(tinyserve_kv_tier_hits_pages_total{W}{RI})) / "
+              f"(sum(rate(tinyserve_kv_tier_hits_pages_total{W}{RI})) + "
+              f"sum(rate(tinyserve_kv_tier_misses_pages_total{W}{RI})))", "hit rate")],
+            unit="percentunit", minmax=(0, 1),
+            desc="Workers run with --device cuda --kv-device-pages N: needed pages found on the device.")
+    b.panel("Tiered KV: bytes moved/s (cuda)",
+            [(f"sum by (instance) (rate(tinyserve_kv_tier_moved_bytes_total{W}{RI}))", "copied {{instance}}"),
+             (f"sum by (instance) (rate(tinyserve_kv_tier_direct_bytes_total{W}{RI}))", "read from host {{instance}}")],
+            unit="Bps")
 
     b.row("Sparse attention (page selection)")
     b.panel("Page hit rate vs oracle (avg)",

@@ -547,6 +547,11 @@ cudaError_t DeviceModel::Impl::Enqueue(int T, int n_seq, int nd, int max_new, in
 bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<float>* logits,
                             std::string* error) {
   stats = DeviceStepStats();
+  // The device is per host thread; Forward may run on another thread than Create.
+  if (cudaError_t e = cudaSetDevice(c.device); e != cudaSuccess) {
+    *error = CudaError("cudaSetDevice", e);
+    return false;
+  }
   const int n_seq = static_cast<int>(batch.size());
   if (n_seq == 0) {
     logits->clear();
@@ -701,20 +706,41 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
     return false;
   }
   logits->assign(logits_host, logits_host + size_t(n_logit_rows) * c.vocab);
-  // Selection statistics.
+  // Selection statistics, per decode sequence.
+  stats.seqs.assign(n_seq, DeviceSeqStats());
+  const int64_t tok_bytes = 2 * int64_t{c.head_dim} * int64_t(elt);  // K + V, one head
+  const int64_t box_bytes = 2 * int64_t{c.head_dim} * int64_t(elt);  // min + max, one head
   for (const Group& g : groups)
-    for (int l = 0; l < c.n_layers; ++l)
-      for (int b = 0; b < g.size; ++b) {
-        const int n_pages = (seq_len[g.begin + b] + P - 1) / P;
+    for (int b = 0; b < g.size; ++b) {
+      DeviceSeqStats& ss = stats.seqs[order[g.begin + b]];
+      ss.decode = true;
+      const int L = seq_len[g.begin + b];
+      const int n_pages = (L + P - 1) / P, last_valid = L - (n_pages - 1) * P;
+      const int64_t dense_bytes = int64_t{L} * c.n_kv_heads * tok_bytes;
+      const int budget = std::min(g.att.budget_pages, W);
+      const int n_sink = std::min(g.att.sink_pages, budget - 1);
+      for (int l = 0; l < c.n_layers; ++l) {
+        ss.kv_bytes_dense += dense_bytes;
         stats.pages_total += int64_t{n_pages} * c.n_kv_heads;
-        if (g.att.quest && l >= g.att.dense_layers) {
-          for (int hh = 0; hh < c.n_kv_heads; ++hh)
-            stats.pages_attended +=
-                sel_count_host[(size_t(l) * c.max_batch + g.begin + b) * c.n_kv_heads + hh];
-        } else {
+        if (!(g.att.quest && l >= g.att.dense_layers)) {
+          ss.kv_bytes_read += dense_bytes;
           stats.pages_attended += int64_t{n_pages} * c.n_kv_heads;
+          continue;
+        }
+        ss.pages_total += int64_t{n_pages} * c.n_kv_heads;
+        for (int hh = 0; hh < c.n_kv_heads; ++hh) {
+          const int cnt = sel_count_host[(size_t(l) * c.max_batch + g.begin + b) * c.n_kv_heads + hh];
+          ss.pages_selected += cnt;
+          stats.pages_attended += cnt;
+          // The current page is always attended and holds last_valid tokens.
+          ss.kv_bytes_read += (int64_t{cnt - 1} * P + last_valid) * tok_bytes;
+          if (n_pages > budget) {
+            ss.pages_scored += n_pages - 1 - n_sink;
+            ss.kv_bytes_read += int64_t{n_pages - 1 - n_sink} * box_bytes;
+          }
         }
       }
+    }
   return true;
 }
 

@@ -90,8 +90,18 @@ struct DeviceSeq {
   DeviceAttention attention;        // used when n == 1
 };
 
+// Selection accounting of one decode sequence in one step, as worker/select's StepStats counts
+// it: pages over the selecting layers (quest, layer >= dense_layers) and heads; bytes over all
+// layers (dense layers count on both sides), boxes included in what Quest reads.
+struct DeviceSeqStats {
+  bool decode = false;  // false for prefill rows (nothing counted)
+  int64_t pages_scored = 0, pages_selected = 0, pages_total = 0;
+  int64_t kv_bytes_read = 0, kv_bytes_dense = 0;
+};
+
 // What the last Forward did (decode attention and the tiered cache).
 struct DeviceStepStats {
+  std::vector<DeviceSeqStats> seqs;  // batch order
   int64_t pages_attended = 0;  // over (layer, decode sequence, KV head)
   int64_t pages_total = 0;     // what dense would have attended over the same
   // Tiered KV, summed over the tiered layers.

@@ -522,8 +522,14 @@ bool Engine::Impl::Step() {
   std::vector<std::pair<Sequence*, FinishReason>> ended;
   for (size_t b = 0; b < batch.size(); ++b) {
     Sequence& s = *batch_seqs[b];
-    if (batch[b].selector != nullptr) {
-      s.policy->EndStep();
+    StepStats device_step;
+    const bool device_selected = cuda && s.policy && cuda->StepStatsOf(b, &device_step);
+    if (batch[b].selector != nullptr || device_selected) {
+      if (device_selected) {
+        s.policy->RecordStep(device_step);
+      } else {
+        s.policy->EndStep();
+      }
       if (observer != nullptr && !s.internal) {
         const StepStats& st = s.policy->last_step();
         SelectionSummary one;
@@ -573,6 +579,13 @@ void Engine::Impl::PublishStats() {
   stats.kv_pages_free = pages->available();
   stats.kv_pages_used = pages->num_used();
   stats.kv_pages_cached = pages->num_cached();
+  if (cuda) {
+    const CudaRunnerTotals& t = cuda->totals();
+    stats.kv_tier_hits = t.tier_hits;
+    stats.kv_tier_misses = t.tier_misses;
+    stats.kv_tier_bytes_moved = t.bytes_moved;
+    stats.kv_tier_bytes_direct = t.bytes_direct;
+  }
   stats.draining = draining;
 }
 

@@ -134,6 +134,10 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0;
   int64_t generated_tokens_total = 0;
   int64_t steps_total = 0;
+  // --device cuda with the tiered KV cache (--kv-device-pages): device page-cache lookups over
+  // the tiered layers, and bytes copied host -> device / read from host memory directly.
+  int64_t kv_tier_hits = 0, kv_tier_misses = 0;
+  int64_t kv_tier_bytes_moved = 0, kv_tier_bytes_direct = 0;
   double last_step_time = 0;       // NowSeconds() of the last step that made progress
   bool draining = false;
 };

@@ -178,6 +178,19 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>& batch,
   return absl::OkStatus();
 }
 
+bool CudaRunner::StepStatsOf(size_t i, StepStats* out) const {
+  const auto& seqs = impl_->model->last_stats().seqs;
+  if (i >= seqs.size() || !seqs[i].decode) return false;
+  const cuda::DeviceSeqStats& d = seqs[i];
+  *out = StepStats();
+  out->pages_scored = d.pages_scored;
+  out->pages_selected = d.pages_selected;
+  out->pages_total = d.pages_total;
+  out->kv_bytes_read = d.kv_bytes_read;
+  out->kv_bytes_dense = d.kv_bytes_dense;
+  return true;
+}
+
 #else  // !TINYSERVE_HAVE_CUDA_RUNNER
 
 struct CudaRunner::Impl {};
@@ -196,6 +209,8 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>&,
                                  const std::vector<const SelectionSpec*>&, std::vector<float>*) {
   return absl::FailedPreconditionError("no CUDA backend");
 }
+
+bool CudaRunner::StepStatsOf(size_t, StepStats*) const { return false; }
 
 #endif
 

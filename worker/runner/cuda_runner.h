@@ -22,6 +22,7 @@
 #include "worker/model/model_config.h"
 #include "worker/runner/transformer.h"
 #include "worker/select/selection_spec.h"
+#include "worker/select/selection_stats.h"
 
 namespace tinyserve {
 
@@ -64,6 +65,8 @@ class CudaRunner {
                        const std::vector<const SelectionSpec*>& selection,
                        std::vector<float>* logits);
   const CudaRunnerTotals& totals() const { return totals_; }
+  // Selection accounting of batch[i]'s decode step in the last Forward (false: not a decode).
+  bool StepStatsOf(size_t i, StepStats* out) const;
 
  private:
   struct Impl;

@@ -47,6 +47,13 @@ void Policy::BeginStep(int64_t n_tokens) {
   step_.kv_bytes_dense += bytes;
 }
 
+void Policy::RecordStep(const StepStats& step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = step;
+  stats_.Add(step_);
+  ++step_index_;
+}
+
 void Policy::EndStep() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.Add(step_);

@@ -57,6 +57,9 @@ class Policy : public AttentionSelector {
   // Called by the engine around each decode step of the sequence.
   void BeginStep(int64_t n_tokens);
   void EndStep();
+  // For runners that select on the device (worker/runner/cuda_runner.h) instead of calling
+  // Select: records one decode step measured there, as BeginStep + Select + EndStep would.
+  void RecordStep(const StepStats& step);
   // Prefill hook: the prompt's n tokens are in the cache.
   virtual void OnPrefill(int64_t /*n_tokens*/) {}
   // Append hook: one token was added at position pos.

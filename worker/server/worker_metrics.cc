@@ -92,6 +92,15 @@ WorkerMetrics::WorkerMetrics(const std::string& version, const std::string& mode
                                   "Full prompt pages looked up in the prefix cache");
   prefix_hits_pages_ = counter("tinyserve_prefix_cache_hits_pages_total",
                                "Full prompt pages found in the prefix cache");
+  tier_hits_ = counter("tinyserve_kv_tier_hits_pages_total",
+                       "Tiered KV (cuda): needed pages found in the device page cache");
+  tier_misses_ = counter("tinyserve_kv_tier_misses_pages_total",
+                         "Tiered KV (cuda): needed pages copied from pinned host memory");
+  tier_moved_ = counter("tinyserve_kv_tier_moved_bytes_total",
+                        "Tiered KV (cuda): bytes copied host -> device into the page cache");
+  tier_direct_ = counter("tinyserve_kv_tier_direct_bytes_total",
+                         "Tiered KV (cuda): K/V bytes read from host memory when a step's pages "
+                         "exceeded the device cache");
 
   sel_steps_ = &BuildCounter()
                     .Name("tinyserve_selection_steps_total")
@@ -160,6 +169,10 @@ void WorkerMetrics::Refresh() {
   Advance(prefix_hits_tokens_, s.prefix_hits_tokens, &last_.ph_tokens);
   Advance(prefix_queries_pages_, s.prefix_queries_pages, &last_.pq_pages);
   Advance(prefix_hits_pages_, s.prefix_hits_pages, &last_.ph_pages);
+  Advance(tier_hits_, s.kv_tier_hits, &last_.tier_hits);
+  Advance(tier_misses_, s.kv_tier_misses, &last_.tier_misses);
+  Advance(tier_moved_, s.kv_tier_bytes_moved, &last_.tier_moved);
+  Advance(tier_direct_, s.kv_tier_bytes_direct, &last_.tier_direct);
 }
 
 void WorkerMetrics::OnRequestFinished(FinishReason reason, const RequestUsage& usage) {
