@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU check for one lent H200 (sparse-attention.md §7.2): builds kernels/cuda in the kernels-only
-# configuration, runs the GPU tests, the decode-attention microbenchmark, the end-to-end decode
-# benchmark, the PyTorch SDPA comparison and the one-rank NCCL check, and prints a short summary
-# table LAST. Full logs and JSON lines go to $OUT (else ./gpu-results). Every step is time-capped;
+# configuration, runs the GPU tests (plus the prebuilt engine-level ones in .gpu-carry/engine,
+# from scripts/gpu-prepare-carry), the decode-attention microbenchmark, the end-to-end decode
+# benchmark, the DeviceModel decode benchmark, the PyTorch SDPA comparison and the one-rank
+# NCCL check, and prints a short summary table LAST. Full logs and JSON lines go to $OUT (else ./gpu-results). Every step is time-capped;
 # a failed step is reported and the script goes on to the summary. Budget: < 8 minutes.
 #   Expected: configure ~0.5 min, build ~2-3 min (16 cores), tests ~1 min, attention bench
 #   ~1.5 min, e2e ~1 min, SDPA ~1 min, NCCL seconds.
@@ -68,6 +69,16 @@ if [ -d build-gpu ]; then
 else
   echo "ctest rc=skipped (no build)" | tee -a "$STEPS"
 fi
+# GPU tests that need Abseil (the engine's CUDA runner against the CPU runner), prebuilt by
+# scripts/gpu-prepare-carry on the development machine and carried in .gpu-carry/engine.
+if [ -d "$ROOT/.gpu-carry/engine/bin" ]; then
+  for t in "$ROOT"/.gpu-carry/engine/bin/*; do
+    step "engine_$(basename "$t")" 120 env \
+      LD_LIBRARY_PATH="$ROOT/.gpu-carry/engine/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}" "$t"
+  done
+else
+  echo "engine tests rc=skipped (no .gpu-carry/engine: run scripts/gpu-prepare-carry first)" | tee -a "$STEPS"
+fi
 rm -f "$RES/attention.jsonl" "$RES/e2e.jsonl" "$RES/sdpa.jsonl" "$RES/model.jsonl"
 step attention_bench 150 "$BIN/cuda_attention_bench" --out "$RES/attention.jsonl" --max-seconds 110
 step e2e_bench 120 "$BIN/cuda_e2e_decode_bench" --out "$RES/e2e.jsonl" --contexts 8192,32768 \
@@ -106,6 +117,11 @@ if os.path.exists(ct):
     m = re.search(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)", txt)
     fails = re.findall(r"\d+ - (\S+) \((Failed|Timeout|SEGFAULT|Subprocess aborted|Not Run)\)", txt)
     print("tests:", m.group(0) if m else "no ctest summary", "| failed:", fails or "none")
+for name in sorted(os.listdir(res)):
+    if name.startswith("engine_") and name.endswith(".log"):
+        txt = open(os.path.join(res, name)).read()
+        m = re.findall(r"\[  (PASSED|FAILED|SKIPPED) +\] .*", txt)
+        print(name[:-4] + ":", " | ".join(m[-3:]) if m else "no gtest summary (see the log)")
 copy = [r for r in att if r.get("kind") == "copy_bw"]
 cbw = copy[0]["GBps"] if copy else None
 print("copy bandwidth (D2D, read+write): %s GB/s" % (("%.0f" % cbw) if cbw else "n/a"))
