@@ -120,8 +120,11 @@ if os.path.exists(ct):
 for name in sorted(os.listdir(res)):
     if name.startswith("engine_") and name.endswith(".log"):
         txt = open(os.path.join(res, name)).read()
-        m = re.findall(r"\[  (PASSED|FAILED|SKIPPED) +\] .*", txt)
-        print(name[:-4] + ":", " | ".join(m[-3:]) if m else "no gtest summary (see the log)")
+        passed = re.search(r"\[  PASSED  \] (\d+) tests?", txt)
+        skipped = re.search(r"\[  SKIPPED \] (\d+) tests?", txt)
+        failed = sorted(set(re.findall(r"\[  FAILED  \] ([\w./]+)", txt)))
+        print(name[:-4] + ":", "passed", passed.group(1) if passed else "?", "| skipped",
+              skipped.group(1) if skipped else "0", "| failed:", failed or "none")
 copy = [r for r in att if r.get("kind") == "copy_bw"]
 cbw = copy[0]["GBps"] if copy else None
 print("copy bandwidth (D2D, read+write): %s GB/s" % (("%.0f" % cbw) if cbw else "n/a"))
