@@ -6,13 +6,19 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace tinyserve {
 
 FlagSet::FlagSet(std::string command, std::string summary)
     : command_(std::move(command)), summary_(std::move(summary)) {}
 
-void FlagSet::Add(Flag flag) { flags_.push_back(std::move(flag)); }
+void FlagSet::Add(Flag flag) {
+  // Two flags of one name would leave one unreachable (the later wins): a programming error.
+  for (const Flag& f : flags_)
+    TS_CHECK(f.name != flag.name) << "flag --" << flag.name << " registered twice";
+  flags_.push_back(std::move(flag));
+}
 
 void FlagSet::String(const std::string& name, std::string* value, const std::string& help) {
   Add({name, help, *value, false, [value](const std::string& s) {

@@ -44,5 +44,17 @@ TEST(FlagSet, ErrorsNameTheFlag) {
   EXPECT_FALSE(h.Parse({"--max-tokens"}).ok());
 }
 
+void RegisterDeviceTwice() {
+  FlagSet f("cmd", "");
+  std::string a, b;
+  f.String("device", &a, "one");
+  f.String("device", &b, "two");
+}
+
+TEST(FlagSetDeathTest, RegisteringANameTwiceAborts) {
+  EXPECT_DEATH(RegisterDeviceTwice(), "registered twice");
+}
+
 }  // namespace
 }  // namespace tinyserve
+

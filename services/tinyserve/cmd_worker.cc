@@ -231,7 +231,6 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
                "seconds running requests may take to finish after SIGTERM");
   flags.Int("max-message-bytes", &o.max_message_bytes,
             "largest request accepted (larger: RESOURCE_EXHAUSTED)");
-  flags.String("device", &o.device, "device label for tinyserve_build_info");
   flags.Int("tp-size", &tp_size, "tensor-parallel group size (ranks)");
   flags.Int("rank", &rank, "this process's tensor-parallel rank (0 serves the API)");
   flags.String("tp-rendezvous", &tp_rendezvous,

@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   w->metrics_ = std::make_unique<WorkerMetrics>(
       TINYSERVE_VERSION, e->model_config().name.empty() ? options.engine.model_path
                                                         : e->model_config().name,
-      options.device, [e] { return e->Stats(); });
+      options.engine.device, [e] { return e->Stats(); });
   w->metrics_->SetReady(false);
   e->SetObserver(w->metrics_.get());
   e->Start();

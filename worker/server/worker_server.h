@@ -39,7 +39,6 @@ struct WorkerServerOptions {
   double stall_seconds = 30;              // watchdog: no step progress with work -> not ready
   double drain_timeout_seconds = 30;      // grace for running requests after SIGTERM
   int max_message_bytes = 4 << 20;        // larger requests: RESOURCE_EXHAUSTED (by gRPC)
-  std::string device = "cpu";             // build_info label
   bool probe_at_start = true;             // run Engine::HealthProbe before turning ready
 };
 
