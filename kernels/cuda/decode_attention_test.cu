@@ -273,6 +273,64 @@ TEST_F(DecodeAttentionTest, QuestSelectionAndAttention) {
   }
 }
 
+// AttendPageLists: random ascending page lists per (sequence, KV head), always ending with the
+// current page, named by physical ids, against the CPU over the same pages; with every page
+// listed and budget = max_pages it equals the dense kernel bit for bit.
+TEST_F(DecodeAttentionTest, AttendPageListsMatchesReference) {
+  std::mt19937 rng(7);
+  for (const Shape& s : Shapes()) {
+    Batch batch(s, rng);
+    const int B = static_cast<int>(s.lens.size());
+    for (int budget : {3, 11, batch.max_pages}) {
+      std::vector<int32_t> lists(size_t(B) * s.hkv * budget, -1), counts(size_t(B) * s.hkv);
+      std::vector<std::vector<std::vector<int>>> used(B, std::vector<std::vector<int>>(s.hkv));
+      for (int b = 0; b < B; ++b) {
+        const int n = (s.lens[b] + s.page - 1) / s.page;
+        for (int g = 0; g < s.hkv; ++g) {
+          std::vector<int> pick;
+          if (budget >= n) {
+            for (int j = 0; j < n; ++j) pick.push_back(j);
+          } else {
+            std::vector<int> cand(n - 1);
+            std::iota(cand.begin(), cand.end(), 0);
+            std::shuffle(cand.begin(), cand.end(), rng);
+            pick.assign(cand.begin(), cand.begin() + (budget - 1));
+            pick.push_back(n - 1);
+            std::sort(pick.begin(), pick.end());
+          }
+          const size_t row = size_t(b) * s.hkv + g;
+          counts[row] = static_cast<int32_t>(pick.size());
+          for (size_t i = 0; i < pick.size(); ++i)
+            lists[row * budget + i] = batch.tables[b][pick[i]];
+          used[b][g] = pick;
+        }
+      }
+      DeviceBuffer dl, dc;
+      testing::UploadInts(dl, lists);
+      testing::UploadInts(dc, counts);
+      DecodeAttentionParams p = batch.Params();
+      p.budget_pages = budget;
+      p.num_splits = budget == batch.max_pages ? 0 : 2;
+      batch.Prepare(p, true);
+      const std::string cfg = Describe(s) + " lists budget=" + std::to_string(budget);
+      ASSERT_EQ(AttendPageLists(p, dl.get<int32_t>(), dc.get<int32_t>(), nullptr), cudaSuccess)
+          << cfg << ": " << LastLaunchError();
+      TS_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = batch.Output();
+      EXPECT_TRUE(AllClose(cfg, got, batch.Reference(used), Tol(s.dtype), Tol(s.dtype)));
+      if (budget == batch.max_pages) {
+        DecodeAttentionParams dp = batch.Params();
+        batch.Prepare(dp, false);
+        ASSERT_EQ(DenseDecodeAttention(dp, nullptr), cudaSuccess) << LastLaunchError();
+        TS_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto dense = batch.Output();
+        EXPECT_EQ(0, std::memcmp(dense.data(), got.data(), got.size() * sizeof(float)))
+            << cfg << ": every page listed differs from dense";
+      }
+    }
+  }
+}
+
 TEST_F(DecodeAttentionTest, RejectsBadArguments) {
   DecodeAttentionParams p;
   EXPECT_EQ(DenseDecodeAttention(p, nullptr), cudaErrorInvalidValue);

@@ -104,6 +104,15 @@ TEST_F(DequantGemmTest, CublasLinearMatchesReference) {
       cfg << "linear " << DTypeName(t) << " M=" << M;
       EXPECT_TRUE(AllClose(cfg.str(), testing::Download(yd.get(), t, want.size()), want,
                            testing::Tol(t), testing::Tol(t)));
+      // The f32-output variant (logits): no output rounding, so an fp32 tolerance.
+      DeviceBuffer yf(size_t(M) * N * 4);
+      yf.Poison();
+      ASSERT_EQ(gemm.LinearF32Out(t, xd.get(), wd.get(), yf.get<float>(), M, N, K, nullptr),
+                cudaSuccess)
+          << LastLaunchError();
+      TS_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_TRUE(AllClose(cfg.str() + " f32 out", testing::Download(yf.get(), DType::kF32, want.size()),
+                           want, 1e-4f, 1e-4f));
     }
 }
 #endif  // TS_HAVE_CUBLAS
