@@ -142,6 +142,11 @@ def semantic_checks(name, docs, values):
         check(wc["image"].endswith("-cuda\"") or wc["image"].endswith("-cuda"), f"{name}: CUDA image {wc['image']}")
     else:
         check("nvidia.com/gpu" not in limits, f"{name}: no GPU without gpu.enabled")
+    on_gpu = w["gpu"]["enabled"] and tp == 1
+    check(("--device=cuda" in wc["args"]) == on_gpu, f"{name}: --device=cuda iff one GPU rank")
+    pages = int(w["gpu"].get("kvDevicePages", 0))
+    check(any(a == f"--kv-device-pages={pages}" for a in wc["args"]) == (on_gpu and pages > 0),
+          f"{name}: --kv-device-pages")
     if tp > 1:
         check("--tp-size=$(TINYSERVE_TP_SIZE)" in wc["args"] and "--tp-launch=local" in wc["args"],
               f"{name}: TP flags")
