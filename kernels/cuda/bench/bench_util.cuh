@@ -7,6 +7,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -89,6 +90,19 @@ class JsonLines {
  private:
   std::FILE* f_ = nullptr;
 };
+
+// "1,8,16" -> {1, 8, 16}; empty -> dflt.
+inline std::vector<int> IntList(const std::string& s, std::vector<int> dflt) {
+  if (s.empty()) return dflt;
+  std::vector<int> v;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = std::min(s.find(',', start), s.size());
+    v.push_back(std::atoi(s.substr(start, comma - start).c_str()));
+    start = comma + 1;
+  }
+  return v;
+}
 
 // --name value lookup; "" if absent.
 inline std::string Arg(int argc, char** argv, const char* name) {

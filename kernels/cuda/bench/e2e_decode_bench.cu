@@ -10,7 +10,6 @@
 // Usage: cuda_e2e_decode_bench --out FILE [--contexts 8192,32768] [--batches 1,16]
 //        [--budget 2048] [--steps 20]
 #include <cmath>
-#include <sstream>
 #include <vector>
 
 #include "kernels/cuda/activation.cuh"
@@ -263,15 +262,6 @@ void RunConfig(JsonLines& out, CublasGemm& gemm, int batch, int context, int bud
     for (T* p : {l.k, l.v, l.kmin, l.kmax}) TS_CUDA_CHECK(cudaFree(p));
 }
 
-std::vector<int> ParseList(const std::string& s, std::vector<int> dflt) {
-  if (s.empty()) return dflt;
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::atoi(item.c_str()));
-  return v;
-}
-
 }  // namespace
 }  // namespace tinyserve::cuda::bench
 
@@ -283,8 +273,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   JsonLines out(Arg(argc, argv, "--out"));
-  const auto contexts = ParseList(Arg(argc, argv, "--contexts"), {8192, 32768});
-  const auto batches = ParseList(Arg(argc, argv, "--batches"), {1, 16});
+  const auto contexts = IntList(Arg(argc, argv, "--contexts"), {8192, 32768});
+  const auto batches = IntList(Arg(argc, argv, "--batches"), {1, 16});
   const std::string b = Arg(argc, argv, "--budget"), s = Arg(argc, argv, "--steps");
   const int budget = b.empty() ? 2048 : std::atoi(b.c_str());
   const int steps = s.empty() ? 20 : std::atoi(s.c_str());

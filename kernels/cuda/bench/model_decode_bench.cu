@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <random>
-#include <sstream>
 #include <vector>
 
 #include "kernels/cuda/bench/bench_util.cuh"
@@ -136,15 +135,6 @@ void Run(JsonLines& out, int context, int batch, int steps, const char* mode) {
             c.device_pages, hit, double(sum.bytes_moved) / steps, double(sum.bytes_direct) / steps);
 }
 
-std::vector<int> ParseList(const std::string& s, std::vector<int> dflt) {
-  if (s.empty()) return dflt;
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::atoi(item.c_str()));
-  return v;
-}
-
 }  // namespace
 }  // namespace tinyserve::cuda::bench
 
@@ -159,7 +149,7 @@ int main(int argc, char** argv) {
   const std::string cs = Arg(argc, argv, "--context"), ss = Arg(argc, argv, "--steps");
   const int context = cs.empty() ? 8000 : std::atoi(cs.c_str());
   const int steps = ss.empty() ? 32 : std::atoi(ss.c_str());
-  for (int b : ParseList(Arg(argc, argv, "--batches"), {1, 8}))
+  for (int b : IntList(Arg(argc, argv, "--batches"), {1, 8}))
     for (const char* mode : {"dense", "quest", "quest-tiered"}) Run(out, context, b, steps, mode);
   return 0;
 }
