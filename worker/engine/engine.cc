@@ -730,6 +730,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
                                          PagedKvCache::BytesForPages(probe, 1));
     KvCacheConfig kv_config = impl->runner->MakeKvConfig(options.page_size, n_pages);
     kv_config.dtype = kv_dtype;
+    // int8: each running sequence fills at most one page at a time.
+    kv_config.max_staged_pages = 2 * options.max_batch;
     impl->kv = std::make_unique<PagedKvCache>(kv_config);
     kv_bytes = PagedKvCache::BytesForPages(kv_config, n_pages);
   } else {

@@ -11,9 +11,17 @@
 namespace tinyserve {
 
 inline KvSpan PageSpan(const PagedKvCache& kv, int layer, int32_t page, int head, int n) {
-  if (kv.dtype() == KvDtype::kInt8)
+  if (kv.dtype() == KvDtype::kInt8) {
+    if (const fp16_t* k = kv.StagedK(layer, page, head)) {  // a page still being filled
+      KvSpan s;
+      s.k = k;
+      s.v = kv.StagedV(layer, page, head);
+      s.n = n;
+      return s;
+    }
     return KvSpan::Int8(kv.K8(layer, page, head), kv.KScale(layer, page, head),
                         kv.V8(layer, page, head), kv.VScale(layer, page, head), n);
+  }
   KvSpan s;
   s.k = kv.K(layer, page, head);
   s.v = kv.V(layer, page, head);

@@ -10,11 +10,6 @@ namespace {
 
 constexpr float kQMax = 127.0f;
 
-// q * r rounded to the nearest integer (r <= 1, so the result stays in [-127, 127]).
-inline int8_t Requantize(int q, float r) {
-  return static_cast<int8_t>(std::nearbyint(static_cast<float>(q) * r));
-}
-
 }  // namespace
 
 const char* KvDtypeName(KvDtype d) { return d == KvDtype::kInt8 ? "int8" : "f16"; }
@@ -61,6 +56,10 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& config) : config_(config) {
     kmin_[l].assign(meta, std::numeric_limits<float>::infinity());
     kmax_[l].assign(meta, -std::numeric_limits<float>::infinity());
   }
+  if (int8) {
+    stage_of_.assign(static_cast<size_t>(config.num_pages), -1);
+    stages_.reserve(static_cast<size_t>(std::max(1, config.max_staged_pages)));
+  }
 }
 
 int64_t PagedKvCache::BytesPerToken() const {
@@ -90,69 +89,153 @@ void PagedKvCache::ResetPage(int32_t page) {
         vscale_[l][ScaleOffset(page, h)] = 0.0f;
       }
     }
+  if (config_.dtype == KvDtype::kInt8) DropStage(page);
 }
 
-void PagedKvCache::WriteInt8Row(const float* x, int8_t* block, int slot, float* scale,
-                                bool per_channel, float* box_min, float* box_max) {
+const fp16_t* PagedKvCache::StagedK(int layer, int32_t page, int head) const {
+  const Stage* st = StageOf(page);
+  return st == nullptr || st->quantized[layer] ? nullptr : st->k.data() + StageOffset(layer, head);
+}
+
+const fp16_t* PagedKvCache::StagedV(int layer, int32_t page, int head) const {
+  const Stage* st = StageOf(page);
+  return st == nullptr || st->quantized[layer] ? nullptr : st->v.data() + StageOffset(layer, head);
+}
+
+int PagedKvCache::staged_pages() const {
+  return static_cast<int>(stages_.size() - free_stages_.size());
+}
+
+void PagedKvCache::DropStage(int32_t page) {
+  const int32_t i = stage_of_[page];
+  if (i < 0) return;
+  stages_[i]->page = -1;
+  free_stages_.push_back(i);
+  stage_of_[page] = -1;
+}
+
+PagedKvCache::Stage& PagedKvCache::Staged(int32_t page) {
+  if (stage_of_[page] >= 0) return *stages_[stage_of_[page]];
+  const int cap = std::max(1, config_.max_staged_pages);
+  if (free_stages_.empty() && static_cast<int>(stages_.size()) >= cap) {
+    // Full: quantize the least recently staged page as it is and take its stage.
+    Stage* old = nullptr;
+    for (auto& st : stages_)
+      if (st->page >= 0 && (old == nullptr || st->born < old->born)) old = st.get();
+    for (int l = 0; l < config_.n_layers; ++l)
+      if (!old->quantized[l]) QuantizeLayer(l, old->page, *old);
+    DropStage(old->page);
+  }
+  int32_t i;
+  if (!free_stages_.empty()) {
+    i = free_stages_.back();
+    free_stages_.pop_back();
+  } else {
+    i = static_cast<int32_t>(stages_.size());
+    stages_.push_back(std::make_unique<Stage>());
+  }
+  Stage& st = *stages_[i];
+  const size_t n = static_cast<size_t>(config_.n_layers) * config_.n_kv_heads *
+                   config_.page_size * config_.head_dim;
+  st.k.assign(n, 0);
+  st.v.assign(n, 0);
+  st.quantized.assign(config_.n_layers, 0);
+  st.layers_left = config_.n_layers;
+  st.page = page;
+  st.born = ++stage_clock_;
+  // Start from what the page holds (zeros for a reset page): a page quantized early to free a
+  // stage and written again keeps its earlier tokens.
   const int d = config_.head_dim, ps = config_.page_size;
-  // Grows scale[c] to cover amax, re-quantizing channels [c0, c1) of every slot and their box.
-  auto grow = [&](int c, float amax, int c0, int c1) {
-    const float old_scale = scale[c], new_scale = amax / kQMax;
-    if (old_scale > 0.0f) {
-      // Slots not yet written hold stale values no one reads; re-quantizing them is harmless.
-      const float r = old_scale / new_scale;
-      for (int t = 0; t < ps; ++t) {
-        int8_t* row = block + static_cast<size_t>(t) * d;
-        for (int i = c0; i < c1; ++i) row[i] = Requantize(row[i], r);
-      }
-      if (box_min != nullptr)
-        for (int i = c0; i < c1; ++i) {
-          if (!(box_min[i] <= box_max[i])) continue;  // empty box
-          // Bounds are q * old_scale of stored keys: recover q, re-quantize like the keys.
-          const int qmin = static_cast<int>(std::lrint(box_min[i] / old_scale));
-          const int qmax = static_cast<int>(std::lrint(box_max[i] / old_scale));
-          box_min[i] = static_cast<float>(Requantize(qmin, r)) * new_scale;
-          box_max[i] = static_cast<float>(Requantize(qmax, r)) * new_scale;
+  for (int l = 0; l < config_.n_layers; ++l)
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      const float* ks = KScale(l, page, h);
+      const float vs = VScale(l, page, h);
+      if (vs == 0.0f && std::all_of(ks, ks + d, [](float x) { return x == 0.0f; })) continue;
+      const int8_t* k8 = K8(l, page, h);
+      const int8_t* v8 = V8(l, page, h);
+      fp16_t* kd = st.k.data() + StageOffset(l, h);
+      fp16_t* vd = st.v.data() + StageOffset(l, h);
+      for (int t = 0; t < ps; ++t)
+        for (int c = 0; c < d; ++c) {
+          kd[t * d + c] = FloatToFp16(static_cast<float>(k8[t * d + c]) * ks[c]);
+          vd[t * d + c] = FloatToFp16(static_cast<float>(v8[t * d + c]) * vs);
         }
     }
-    scale[c] = new_scale;
-  };
-  if (per_channel) {
-    for (int i = 0; i < d; ++i)
-      if (std::fabs(x[i]) > scale[i] * kQMax) grow(i, std::fabs(x[i]), i, i + 1);
-  } else {
+  stage_of_[page] = i;
+  return st;
+}
+
+void PagedKvCache::QuantizeLayer(int layer, int32_t page, const Stage& st) {
+  const int d = config_.head_dim, ps = config_.page_size;
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    const fp16_t* ks = st.k.data() + StageOffset(layer, h);
+    const fp16_t* vs = st.v.data() + StageOffset(layer, h);
+    float* kscale = kscale_[layer].data() + MetaOffset(page, h);
+    int8_t* k8 = k8_[layer].data() + Offset(page, h);
+    int8_t* v8 = v8_[layer].data() + Offset(page, h);
+    float* mn = kmin_[layer].data() + MetaOffset(page, h);
+    float* mx = kmax_[layer].data() + MetaOffset(page, h);
+    // K: one scale per channel over the page's rows; the box over the dequantized keys.
+    for (int c = 0; c < d; ++c) {
+      float amax = 0.0f;
+      for (int t = 0; t < ps; ++t) amax = std::max(amax, std::fabs(Fp16ToFloat(ks[t * d + c])));
+      const float scale = amax / kQMax;
+      kscale[c] = scale;
+      float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+      for (int t = 0; t < ps; ++t) {
+        const float q = scale > 0.0f ? std::nearbyint(Fp16ToFloat(ks[t * d + c]) / scale) : 0.0f;
+        k8[t * d + c] = static_cast<int8_t>(std::clamp(q, -kQMax, kQMax));
+        const float stored = static_cast<float>(k8[t * d + c]) * scale;  // what attention reads
+        lo = std::min(lo, stored);
+        hi = std::max(hi, stored);
+      }
+      // Slots past the written ones are zeros in the stage, so the box may include 0: still a
+      // bound of the valid keys.
+      mn[c] = lo;
+      mx[c] = hi;
+    }
+    // V: one scale for the block.
     float amax = 0.0f;
-    for (int i = 0; i < d; ++i) amax = std::max(amax, std::fabs(x[i]));
-    if (amax > scale[0] * kQMax) grow(0, amax, 0, d);
-  }
-  int8_t* row = block + static_cast<size_t>(slot) * d;
-  for (int i = 0; i < d; ++i) {
-    const float s = scale[per_channel ? i : 0];
-    const float q = s > 0.0f ? std::nearbyint(x[i] / s) : 0.0f;
-    row[i] = static_cast<int8_t>(std::clamp(q, -kQMax, kQMax));
-    if (box_min != nullptr) {
-      const float stored = static_cast<float>(row[i]) * s;  // what attention reads
-      box_min[i] = std::min(box_min[i], stored);
-      box_max[i] = std::max(box_max[i], stored);
+    for (int i = 0; i < ps * d; ++i) amax = std::max(amax, std::fabs(Fp16ToFloat(vs[i])));
+    const float scale = amax / kQMax;
+    vscale_[layer][ScaleOffset(page, h)] = scale;
+    for (int i = 0; i < ps * d; ++i) {
+      const float q = scale > 0.0f ? std::nearbyint(Fp16ToFloat(vs[i]) / scale) : 0.0f;
+      v8[i] = static_cast<int8_t>(std::clamp(q, -kQMax, kQMax));
     }
   }
 }
 
 void PagedKvCache::WriteToken(int layer, int32_t page, int slot, const float* k, const float* v) {
   const int d = config_.head_dim;
+  if (config_.dtype == KvDtype::kInt8) {
+    Stage* st = &Staged(page);
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      float* mn = kmin_[layer].data() + MetaOffset(page, h);
+      float* mx = kmax_[layer].data() + MetaOffset(page, h);
+      fp16_t* kd = st->k.data() + StageOffset(layer, h) + static_cast<size_t>(slot) * d;
+      fp16_t* vd = st->v.data() + StageOffset(layer, h) + static_cast<size_t>(slot) * d;
+      for (int i = 0; i < d; ++i) {
+        kd[i] = FloatToFp16(k[h * d + i]);
+        vd[i] = FloatToFp16(v[h * d + i]);
+        const float stored = Fp16ToFloat(kd[i]);  // read from the stage until quantized
+        mn[i] = std::min(mn[i], stored);
+        mx[i] = std::max(mx[i], stored);
+      }
+    }
+    st->quantized[layer] = 0;  // a re-staged page written again in a quantized layer
+    if (slot == config_.page_size - 1) {
+      QuantizeLayer(layer, page, *st);
+      st->quantized[layer] = 1;
+      if (--st->layers_left == 0) DropStage(page);
+    }
+    return;
+  }
   for (int h = 0; h < config_.n_kv_heads; ++h) {
     float* mn = kmin_[layer].data() + MetaOffset(page, h);
     float* mx = kmax_[layer].data() + MetaOffset(page, h);
     const float* kh = k + static_cast<size_t>(h) * d;
     const float* vh = v + static_cast<size_t>(h) * d;
-    if (config_.dtype == KvDtype::kInt8) {
-      const size_t off = Offset(page, h), so = ScaleOffset(page, h);
-      WriteInt8Row(kh, k8_[layer].data() + off, slot, kscale_[layer].data() + MetaOffset(page, h),
-                   /*per_channel=*/true, mn, mx);
-      WriteInt8Row(vh, v8_[layer].data() + off, slot, &vscale_[layer][so], /*per_channel=*/false,
-                   nullptr, nullptr);
-      continue;
-    }
     fp16_t* kd = K(layer, page, h) + static_cast<size_t>(slot) * d;
     fp16_t* vd = V(layer, page, h) + static_cast<size_t>(slot) * d;
     for (int i = 0; i < d; ++i) {
@@ -185,6 +268,17 @@ void PagedKvCache::CopyPage(int32_t src, int32_t dst) {
                 m * sizeof(float));
     std::memcpy(kmax_[l].data() + MetaOffset(dst, 0), kmax_[l].data() + MetaOffset(src, 0),
                 m * sizeof(float));
+  }
+  if (config_.dtype != KvDtype::kInt8) return;
+  DropStage(dst);
+  if (const Stage* s = StageOf(src)) {
+    // Copied out first: staging dst may have to quantize src to free a stage.
+    Stage copy = *s;
+    Stage& d = Staged(dst);
+    d.k = std::move(copy.k);
+    d.v = std::move(copy.v);
+    d.quantized = std::move(copy.quantized);
+    d.layers_left = copy.layers_left;
   }
 }
 

@@ -16,28 +16,28 @@
 //
 // int8 storage: a stored value is q * scale with q in [-127, 127]; scales are per page, layer
 // and KV head: for K one per channel (keys after RoPE have channels of very different
-// magnitude), for V one for the whole block.
-// A scale is 0 until its page holds a nonzero value. When a new token does not fit a scale
-// (|x| > 127 * scale) the values under it are re-quantized to the larger scale,
-// q' = round(q * old / new), and the box with them (rounding is monotone, so the box of the
-// re-quantized keys is the re-quantized box). The box bounds the dequantized keys
-// q * scale, computed in fp32 exactly as attention computes them. Error per element: at most
-// scale / 2 for a value written at the page's current scale; each later re-quantization adds at
-// most new_scale / 2 (pages grow their scale a few times at most: the first tokens of a page
-// usually set it).
-//
+// magnitude), for V one for the whole block. A page is quantized once, when its last slot is
+// written in a layer: until then its tokens live in an fp16 stage (one per page being filled,
+// all layers) and attention reads them from there (StagedK/StagedV), so every value is rounded
+// once, at the final scales (max |x| / 127 over the page), and never re-quantized. When the
+// page is quantized its box is recomputed over the dequantized keys q * scale, computed in fp32
+// exactly as attention computes them. Error per element: at most scale / 2.
+// Stages are bounded (KvCacheConfig::max_staged_pages): past the bound the least recently
+// staged page is quantized as it is (its unwritten slots are zero) to free one; if that page is
+// written again it is staged again from its dequantized values.
+
 // Memory overhead of the metadata: 2 * head_dim * 4 bytes per page and KV head against
 // 2 * page_size * head_dim * 2 bytes of K+V: 2 / page_size (12.5% at page size 16; 6.25% at 32).
 // int8 K+V take half the bytes of fp16; their scales add (head_dim + 1) * 4 bytes per page and
 // KV head (page size 16, head_dim 64: int8 K+V+scales+box = 61.2% of fp16 K+V+box).
-// Accuracy, measured in docs/PERFORMANCE.md "int8 KV cache" (SmolLM2, 128 tokens): perplexity
-// +0.98% at context 2K, -0.67% at 4K; one scale per block for K instead was +0.79% and +2.1%.
+// Accuracy: docs/PERFORMANCE.md "int8 KV cache".
 //
-// Thread safety: no locking. The engine writes tokens of distinct pages from several threads
-// (one writer per page) and attention reads pages that no one writes in that step.
+// Thread safety: WriteToken, ResetPage and CopyPage run on one thread at a time (the engine's
+// or the evaluator's); attention reads (from any number of threads) while no one writes.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,6 +61,7 @@ struct KvCacheConfig {
   int page_size = 16;
   int64_t num_pages = 0;
   KvDtype dtype = KvDtype::kF16;
+  int max_staged_pages = 256;  // int8: pages held in fp16 while being filled (see above)
 };
 
 class PagedKvCache {
@@ -72,7 +73,8 @@ class PagedKvCache {
   // (without the per-page scales and box).
   int64_t BytesPerToken() const;
   int64_t BytesPerPage() const { return BytesPerToken() * config_.page_size; }
-  // Bytes a config of n pages needs (K, V, int8 scales and the box metadata).
+  // Bytes a config of n pages needs (K, V, int8 scales and the box metadata; int8 adds up to
+  // max_staged_pages pages of fp16 K+V for the pages being filled).
   static int64_t BytesForPages(const KvCacheConfig& config, int64_t n);
 
   KvDtype dtype() const { return config_.dtype; }
@@ -101,6 +103,11 @@ class PagedKvCache {
   float VScale(int layer, int32_t page, int head) const {
     return vscale_[layer][ScaleOffset(page, head)];
   }
+  // int8: the fp16 [page_size][head_dim] blocks of a page still being filled in this layer, or
+  // null once it is quantized (then K8/V8 hold it).
+  const fp16_t* StagedK(int layer, int32_t page, int head) const;
+  const fp16_t* StagedV(int layer, int32_t page, int head) const;
+  int staged_pages() const;
   // [head_dim] bounds of one page, layer and head.
   const float* KMin(int layer, int32_t page, int head) const {
     return kmin_[layer].data() + MetaOffset(page, head);
@@ -109,11 +116,12 @@ class PagedKvCache {
     return kmax_[layer].data() + MetaOffset(page, head);
   }
 
-  // Empties the metadata of a page in every layer (min = +inf, max = -inf; int8 scales 0).
+  // Empties the metadata of a page in every layer (min = +inf, max = -inf; int8 scales 0, stage
+  // dropped).
   void ResetPage(int32_t page);
   // Stores one token's keys and values (all local KV heads, [n_kv_heads][head_dim] floats) in
-  // a page slot and widens the page's bounding box (int8: re-quantizes the page when the token
-  // needs a larger scale).
+  // a page slot and widens the page's bounding box (int8: into the page's fp16 stage; the last
+  // slot quantizes the page in this layer).
   void WriteToken(int layer, int32_t page, int slot, const float* k, const float* v);
   // Copies a page's contents (all layers) to another page (copy-on-write of a partial page).
   void CopyPage(int32_t src, int32_t dst);
@@ -129,17 +137,39 @@ class PagedKvCache {
   size_t ScaleOffset(int32_t page, int head) const {
     return static_cast<size_t>(page) * config_.n_kv_heads + head;
   }
-  // Quantizes one head's row x[head_dim] into row `slot` of block ([page_size][head_dim]),
-  // with one scale per channel (per_channel: scale[head_dim]) or one for all (scale[1]); first
-  // re-quantizes the values under a scale that x outgrows, and, if box_min is set, the box.
-  void WriteInt8Row(const float* x, int8_t* block, int slot, float* scale, bool per_channel,
-                    float* box_min, float* box_max);
+  // int8 staging. A stage holds fp16 K and V of one page, [n_layers][n_kv_heads][page_size]
+  // [head_dim]; quantized[l] says layer l has been quantized into k8_/v8_.
+  struct Stage {
+    std::vector<fp16_t> k, v;
+    std::vector<uint8_t> quantized;
+    int layers_left = 0;
+    int32_t page = -1;
+    int64_t born = 0;
+  };
+  size_t StageOffset(int layer, int head) const {
+    return (static_cast<size_t>(layer) * config_.n_kv_heads + head) * config_.page_size *
+           config_.head_dim;
+  }
+  const Stage* StageOf(int32_t page) const {
+    const int32_t i = stage_of_[page];
+    return i < 0 ? nullptr : stages_[i].get();
+  }
+  // The page's stage, made (from its current int8 contents) if it has none.
+  Stage& Staged(int32_t page);
+  // Quantizes layer `layer` of a staged page from its stage (scales, int8 data, box).
+  void QuantizeLayer(int layer, int32_t page, const Stage& st);
+  void DropStage(int32_t page);
 
   KvCacheConfig config_;
   std::vector<std::vector<fp16_t>> k_, v_;         // kF16
   std::vector<std::vector<int8_t>> k8_, v8_;       // kInt8
   std::vector<std::vector<float>> kscale_, vscale_;  // kInt8
   std::vector<std::vector<float>> kmin_, kmax_;
+  // int8 stages: stage_of_[page] indexes stages_ (-1: none); free slots are reused.
+  std::vector<int32_t> stage_of_;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<int32_t> free_stages_;
+  int64_t stage_clock_ = 0;
 };
 
 }  // namespace tinyserve

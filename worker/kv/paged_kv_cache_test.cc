@@ -57,12 +57,11 @@ float Dequant(const PagedKvCache& c, bool key, int layer, int32_t page, int h, i
              : static_cast<float>(c.V8(layer, page, h)[slot * d + i]) * c.VScale(layer, page, h);
 }
 
-// int8 pages: every token grows the magnitude, so the page is re-quantized on most writes.
-// A value is within scale / 2 of what was written when written, each re-quantization adds at
-// most half of its new scale, the scales are max |x| / 127 (per channel for K, per block for V),
-// and the box is tight around the dequantized keys.
-TEST(PagedKvCache, Int8RoundTripRescalesAndBox) {
-  const int L = 2, H = 3, D = 24, P = 8, N = 6;
+// int8 pages are staged in fp16 while being filled and quantized once, when the last slot is
+// written in a layer: per-channel K scales and one V scale of the whole page (max |x| / 127),
+// every value within half a step of its fp16 value, the box tight around the dequantized keys.
+TEST(PagedKvCache, Int8PagesAreStagedThenQuantizedOnce) {
+  const int L = 2, H = 3, D = 24, P = 8;
   KvCacheConfig c{L, H, D, P, /*num_pages=*/4, KvDtype::kInt8};
   PagedKvCache cache(c);
   EXPECT_EQ(cache.dtype(), KvDtype::kInt8);
@@ -71,55 +70,54 @@ TEST(PagedKvCache, Int8RoundTripRescalesAndBox) {
   const int32_t page = 2;
   cache.ResetPage(page);
   std::vector<float> k(H * D), v(H * D);
-  std::vector<std::vector<float>> keys, values;
-  // Scales after each write [slot][h * D + i] (V: i = 0), to bound earlier tokens' errors.
-  std::vector<std::vector<float>> ksc(N, std::vector<float>(H * D)), vsc = ksc;
-  for (int slot = 0; slot < N; ++slot) {  // a partial page
-    const float grow = 1.0f + slot;      // forces re-quantization
+  std::vector<std::vector<float>> keys, values;  // fp16-rounded, as staged
+  auto r16 = [](float x) { return Fp16ToFloat(FloatToFp16(x)); };
+  for (int slot = 0; slot < P; ++slot) {
+    const float grow = 1.0f + slot;  // later tokens are larger: scales are the page's final ones
     for (auto& x : k) x = grow * nd(rng);
     for (auto& x : v) x = grow * nd(rng);
     if (slot == 3) k[5] = 0.0f;
-    cache.WriteToken(1, page, slot, k.data(), v.data());
-    keys.push_back(k);
-    values.push_back(v);
-    for (int h = 0; h < H; ++h) {
-      const float vs = cache.VScale(1, page, h);
-      for (int i = 0; i < D; ++i) {
-        const float ks = cache.KScale(1, page, h)[i];
-        ksc[slot][h * D + i] = ks;
-        vsc[slot][h * D + i] = vs;
-        // The latest token is quantized at the current scale: half a step.
-        EXPECT_LE(std::fabs(Dequant(cache, true, 1, page, h, slot, i) - k[h * D + i]),
-                  0.5f * ks * (1 + 1e-5f));
-        EXPECT_LE(std::fabs(Dequant(cache, false, 1, page, h, slot, i) - v[h * D + i]),
-                  0.5f * vs * (1 + 1e-5f));
+    std::vector<float> k16(k.size()), v16(v.size());
+    for (size_t i = 0; i < k.size(); ++i) k16[i] = r16(k[i]), v16[i] = r16(v[i]);
+    keys.push_back(k16);
+    values.push_back(v16);
+    for (int l = 0; l < L; ++l) cache.WriteToken(l, page, slot, k.data(), v.data());
+    if (slot < P - 1) {
+      // Partial: read from the stage, exactly the fp16 values; the box bounds them.
+      ASSERT_EQ(cache.staged_pages(), 1);
+      for (int h = 0; h < H; ++h) {
+        const fp16_t* sk = cache.StagedK(1, page, h);
+        const fp16_t* sv = cache.StagedV(1, page, h);
+        ASSERT_NE(sk, nullptr);
+        for (int i = 0; i < D; ++i) {
+          EXPECT_EQ(Fp16ToFloat(sk[slot * D + i]), k16[h * D + i]);
+          EXPECT_EQ(Fp16ToFloat(sv[slot * D + i]), v16[h * D + i]);
+          EXPECT_LE(cache.KMin(1, page, h)[i], k16[h * D + i]);
+          EXPECT_GE(cache.KMax(1, page, h)[i], k16[h * D + i]);
+        }
       }
     }
   }
-  auto bound = [&](const std::vector<std::vector<float>>& sc, int slot, int x) {
-    float b = 0.5f * sc[slot][x];
-    for (int u = slot + 1; u < N; ++u)
-      if (sc[u][x] != sc[u - 1][x]) b += 0.5f * sc[u][x];
-    return b * (1 + 1e-5f);
-  };
-  int rescaled = 0;
+  // Full in every layer: quantized, stage released.
+  EXPECT_EQ(cache.staged_pages(), 0);
   for (int h = 0; h < H; ++h) {
+    EXPECT_EQ(cache.StagedK(1, page, h), nullptr);
     float vmax_abs = 0;
-    for (int slot = 0; slot < N; ++slot)
+    for (int slot = 0; slot < P; ++slot)
       for (int i = 0; i < D; ++i) vmax_abs = std::max(vmax_abs, std::fabs(values[slot][h * D + i]));
-    EXPECT_FLOAT_EQ(cache.VScale(1, page, h), vmax_abs / 127);
+    const float vs = cache.VScale(1, page, h);
+    EXPECT_FLOAT_EQ(vs, vmax_abs / 127);
     for (int i = 0; i < D; ++i) {
       float kmax_abs = 0;
-      for (int slot = 0; slot < N; ++slot)
-        kmax_abs = std::max(kmax_abs, std::fabs(keys[slot][h * D + i]));
-      EXPECT_FLOAT_EQ(cache.KScale(1, page, h)[i], kmax_abs / 127);
-      rescaled += cache.KScale(1, page, h)[i] != ksc[0][h * D + i];
+      for (int slot = 0; slot < P; ++slot) kmax_abs = std::max(kmax_abs, std::fabs(keys[slot][h * D + i]));
+      const float ks = cache.KScale(1, page, h)[i];
+      EXPECT_FLOAT_EQ(ks, kmax_abs / 127);
       bool min_hit = false, max_hit = false;
-      for (int slot = 0; slot < N; ++slot) {
+      for (int slot = 0; slot < P; ++slot) {
         const float kd = Dequant(cache, true, 1, page, h, slot, i);
-        EXPECT_LE(std::fabs(kd - keys[slot][h * D + i]), bound(ksc, slot, h * D + i));
+        EXPECT_LE(std::fabs(kd - keys[slot][h * D + i]), 0.5f * ks * (1 + 1e-5f));
         EXPECT_LE(std::fabs(Dequant(cache, false, 1, page, h, slot, i) - values[slot][h * D + i]),
-                  bound(vsc, slot, h * D + i));
+                  0.5f * vs * (1 + 1e-5f));
         EXPECT_LE(cache.KMin(1, page, h)[i], kd);
         EXPECT_GE(cache.KMax(1, page, h)[i], kd);
         min_hit |= kd == cache.KMin(1, page, h)[i];
@@ -128,7 +126,6 @@ TEST(PagedKvCache, Int8RoundTripRescalesAndBox) {
       EXPECT_TRUE(min_hit && max_hit) << "head " << h << " dim " << i;
     }
   }
-  EXPECT_GT(rescaled, H * D / 2);  // most channels were re-quantized at least once
   // Copy-on-write keeps data, scales and box.
   cache.ResetPage(3);
   cache.CopyPage(page, 3);
@@ -145,9 +142,60 @@ TEST(PagedKvCache, Int8RoundTripRescalesAndBox) {
   EXPECT_GT(cache.KMin(1, page, 0)[0], cache.KMax(1, page, 0)[0]);
   std::vector<float> zero(H * D, 0.0f);
   cache.WriteToken(1, page, 0, zero.data(), zero.data());
-  EXPECT_EQ(cache.KScale(1, page, 0)[0], 0.0f);
-  EXPECT_EQ(Dequant(cache, true, 1, page, 0, 0, 0), 0.0f);
+  EXPECT_EQ(Fp16ToFloat(cache.StagedK(1, page, 0)[0]), 0.0f);
   EXPECT_EQ(cache.KMin(1, page, 0)[0], 0.0f);
+  cache.ResetPage(page);
+  EXPECT_EQ(cache.staged_pages(), 0);
+}
+
+// Stages are bounded: past max_staged_pages the oldest staged page is quantized as it is and,
+// written again, staged again from its dequantized values; a partial page copies its stage.
+TEST(PagedKvCache, Int8StageBoundAndCopyOfAPartialPage) {
+  const int L = 1, H = 2, D = 16, P = 8;
+  KvCacheConfig c{L, H, D, P, /*num_pages=*/6, KvDtype::kInt8};
+  c.max_staged_pages = 2;
+  PagedKvCache cache(c);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> k(H * D), v(H * D);
+  auto fill = [&] {
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+  };
+  for (int32_t p = 0; p < 6; ++p) cache.ResetPage(p);
+  fill();
+  cache.WriteToken(0, 0, 0, k.data(), v.data());
+  const std::vector<float> k0 = k;
+  fill();
+  cache.WriteToken(0, 1, 0, k.data(), v.data());
+  EXPECT_EQ(cache.staged_pages(), 2);
+  fill();
+  cache.WriteToken(0, 2, 0, k.data(), v.data());  // page 0 (oldest) is quantized to make room
+  EXPECT_EQ(cache.staged_pages(), 2);
+  EXPECT_EQ(cache.StagedK(0, 0, 0), nullptr);
+  EXPECT_NE(cache.StagedK(0, 1, 0), nullptr);
+  for (int i = 0; i < D; ++i)
+    EXPECT_LE(std::fabs(Dequant(cache, true, 0, 0, 0, 0, i) - k0[i]),
+              0.5f * cache.KScale(0, 0, 0)[i] + 1e-3f * std::fabs(k0[i]));
+  // Page 0 written again: staged again (evicting page 1), keeping its first token.
+  fill();
+  cache.WriteToken(0, 0, 1, k.data(), v.data());
+  const fp16_t* s0 = cache.StagedK(0, 0, 0);
+  ASSERT_NE(s0, nullptr);
+  EXPECT_EQ(cache.StagedK(0, 1, 0), nullptr);
+  for (int i = 0; i < D; ++i) {
+    EXPECT_NEAR(Fp16ToFloat(s0[i]), k0[i], 0.5f * cache.KScale(0, 0, 0)[i] + 2e-3f * std::fabs(k0[i]));
+    EXPECT_EQ(Fp16ToFloat(s0[D + i]), Fp16ToFloat(FloatToFp16(k[i])));
+  }
+  // Copy of a partial (staged) page: the copy is staged with the same values (page 2, the
+  // oldest stage, is quantized to make room).
+  cache.CopyPage(0, 5);
+  const fp16_t* s5 = cache.StagedK(0, 5, 0);
+  s0 = cache.StagedK(0, 0, 0);
+  ASSERT_NE(s5, nullptr);
+  ASSERT_NE(s0, nullptr);
+  EXPECT_EQ(cache.StagedK(0, 2, 0), nullptr);
+  for (int i = 0; i < P * D; ++i) EXPECT_EQ(s5[i], s0[i]);
 }
 
 TEST(PagedKvCache, Int8HalvesKvBytes) {
