@@ -20,6 +20,7 @@
 #include "kernels/cuda/page_residency.h"
 #include "kernels/cuda/prefill_attention.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/step_plan.h"
 
 namespace tinyserve::cuda {
 namespace {
@@ -50,20 +51,14 @@ std::string CudaError(const char* what, cudaError_t e) {
   return s;
 }
 
-// One decode group: consecutive decode sequences sharing an attention spec.
-struct Group {
-  int begin = 0, size = 0;
-  DeviceAttention att;
-};
-
 // A graph is keyed by the decode groups of a decode-only step.
 struct GraphKey {
-  std::vector<Group> groups;
+  std::vector<DecodeGroup> groups;
   bool operator<(const GraphKey& o) const {
     if (groups.size() != o.groups.size()) return groups.size() < o.groups.size();
     for (size_t i = 0; i < groups.size(); ++i) {
-      const Group &a = groups[i], &b = o.groups[i];
-      auto t = [](const Group& g) {
+      const DecodeGroup &a = groups[i], &b = o.groups[i];
+      auto t = [](const DecodeGroup& g) {
         return std::make_tuple(g.begin, g.size, g.att.quest, g.att.budget_pages,
                                g.att.sink_pages, g.att.dense_layers, g.att.gqa_max);
       };
@@ -161,12 +156,11 @@ struct DeviceModel::Impl {
   bool Init(std::string* error);
   bool Run(const std::vector<DeviceSeq>& batch, std::vector<float>* logits, std::string* error);
   // Enqueues the whole step on `stream` (no host synchronisation unless tiered).
-  cudaError_t Enqueue(int T, int n_seq, int nd, int max_new, int max_q_prefill, int n_logit_rows,
-                      const std::vector<Group>& groups, const std::vector<int>& seq_len,
-                      const std::vector<std::vector<int32_t>>& tables, std::string* where);
-  cudaError_t DecodeAttention(int layer, const Group& g, const std::vector<int>& seq_len,
-                              const std::vector<std::vector<int32_t>>& tables, std::string* where);
-  DecodeAttentionParams DecodeParams(int layer, const Group& g) const;
+  cudaError_t Enqueue(const StepPlan& plan, std::string* where);
+  cudaError_t DecodeAttention(int layer, const DecodeGroup& g, const StepPlan& plan,
+                              std::string* where);
+  DecodeAttentionParams DecodeParams(int layer, const DecodeGroup& g) const;
+  StepPlan plan;  // the current step's (reused across steps)
 };
 
 bool DeviceModel::Impl::Init(std::string* error) {
@@ -319,7 +313,7 @@ bool DeviceModel::Impl::Init(std::string* error) {
   return Alloc(&workspace, workspace_bytes, error);
 }
 
-DecodeAttentionParams DeviceModel::Impl::DecodeParams(int layer, const Group& g) const {
+DecodeAttentionParams DeviceModel::Impl::DecodeParams(int layer, const DecodeGroup& g) const {
   const Layer& L = layers[layer];
   DecodeAttentionParams p;
   p.dtype = dt;
@@ -350,10 +344,10 @@ DecodeAttentionParams DeviceModel::Impl::DecodeParams(int layer, const Group& g)
   return p;
 }
 
-cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const Group& g,
-                                               const std::vector<int>& seq_len,
-                                               const std::vector<std::vector<int32_t>>& tables,
-                                               std::string* where) {
+cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const DecodeGroup& g,
+                                               const StepPlan& plan, std::string* where) {
+  const std::vector<int>& seq_len = plan.seq_len;
+  const std::vector<std::vector<int32_t>>& tables = plan.tables;
   Layer& L = layers[layer];
   DecodeAttentionParams p = DecodeParams(layer, g);
   const bool quest = p.budget_pages > 0;
@@ -446,12 +440,10 @@ cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const Group& g,
   return AttendPageLists(p, slot_lists_dev, slot_counts_dev, stream);
 }
 
-cudaError_t DeviceModel::Impl::Enqueue(int T, int n_seq, int nd, int max_new, int max_q_prefill,
-                                       int n_logit_rows, const std::vector<Group>& groups,
-                                       const std::vector<int>& seq_len,
-                                       const std::vector<std::vector<int32_t>>& tables,
-                                       std::string* where) {
+cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where) {
   const int D = c.dim, F = c.ffn_dim, hd = c.head_dim;
+  const int T = plan.rows, n_seq = plan.n_seq, nd = plan.nd;
+  const int n_logit_rows = static_cast<int>(plan.logit_rows.size());
   auto row = [&](void* base, size_t r, size_t width) {
     return static_cast<char*>(base) + r * width * elt;
   };
@@ -494,14 +486,14 @@ cudaError_t DeviceModel::Impl::Enqueue(int T, int n_seq, int nd, int max_new, in
     kp.seq_lens = step_dev + sl.seq_lens;
     kp.page_indptr = step_dev + sl.page_indptr;
     kp.page_indices = step_dev + sl.page_indices;
-    kp.max_new_per_seq = max_new;
+    kp.max_new_per_seq = plan.max_new;
     kp.k_cache = L.k;
     kp.v_cache = L.v;
     kp.kmin = L.kmin;
     kp.kmax = L.kmax;
     TS_ENQ(AppendPagedKv(kp, stream));
-    for (const Group& g : groups) {
-      cudaError_t e = DecodeAttention(l, g, seq_len, tables, where);
+    for (const DecodeGroup& g : plan.groups) {
+      cudaError_t e = DecodeAttention(l, g, plan, where);
       if (e != cudaSuccess) return e;
     }
     if (nd < n_seq) {
@@ -520,7 +512,7 @@ cudaError_t DeviceModel::Impl::Enqueue(int T, int n_seq, int nd, int max_new, in
       pp.page_indices = step_dev + sl.page_indices;
       pp.k_cache = L.k;
       pp.v_cache = L.v;
-      pp.max_q_per_seq = max_q_prefill;
+      pp.max_q_per_seq = plan.max_q_prefill;
       TS_ENQ(PrefillAttention(pp, stream));
     }
     TS_ENQ(gemm.Linear(dt, attn, L.wo, tmp, T, D, qdim, stream));
@@ -552,113 +544,37 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
     *error = CudaError("cudaSetDevice", e);
     return false;
   }
-  const int n_seq = static_cast<int>(batch.size());
-  if (n_seq == 0) {
+  if (batch.empty()) {
     logits->clear();
     return true;
   }
-  if (n_seq > c.max_batch) {
-    *error = "batch of " + std::to_string(n_seq) + " sequences exceeds max_batch " +
-             std::to_string(c.max_batch);
-    return false;
-  }
-  const int P = c.page_size, W = c.max_pages_per_seq;
-  int T = 0;
-  for (const DeviceSeq& s : batch) {
-    if (s.n <= 0 || s.tokens == nullptr) {
-      *error = "a sequence in the batch has no new tokens";
-      return false;
-    }
-    const int64_t len = s.start_pos + s.n;
-    const int64_t need = (len + P - 1) / P;
-    if (need > W || s.n_pages < need || s.pages == nullptr) {
-      *error = "page table does not cover the sequence (or exceeds max_pages_per_seq)";
-      return false;
-    }
-    for (int j = 0; j < need; ++j)
-      if (s.pages[j] < 0 || s.pages[j] >= c.num_pages) {
-        *error = "page id " + std::to_string(s.pages[j]) + " is out of range";
-        return false;
-      }
-    for (int i = 0; i < s.n; ++i)
-      if (s.tokens[i] < 0 || s.tokens[i] >= c.vocab) {
-        *error = "token id " + std::to_string(s.tokens[i]) + " is out of range";
-        return false;
-      }
-    T += s.n;
-  }
-  if (T > c.max_tokens) {
-    *error = "step of " + std::to_string(T) + " tokens exceeds max_tokens " +
-             std::to_string(c.max_tokens);
-    return false;
-  }
-  // Order: decode sequences grouped by attention spec (first-seen order), then prefill ones.
-  std::vector<int> order;
-  std::vector<Group> groups;
-  std::vector<DeviceAttention> specs;
-  for (int i = 0; i < n_seq; ++i) {
-    if (batch[i].n != 1) continue;
-    if (std::find(specs.begin(), specs.end(), batch[i].attention) == specs.end())
-      specs.push_back(batch[i].attention);
-  }
-  for (const DeviceAttention& a : specs) {
-    Group g;
-    g.begin = static_cast<int>(order.size());
-    g.att = a;
-    for (int i = 0; i < n_seq; ++i)
-      if (batch[i].n == 1 && batch[i].attention == a) order.push_back(i);
-    g.size = static_cast<int>(order.size()) - g.begin;
-    if (g.att.quest && g.att.budget_pages < 1) {
-      *error = "quest budget_pages must be >= 1";
-      return false;
-    }
-    groups.push_back(g);
-  }
-  const int nd = static_cast<int>(order.size());
-  for (int i = 0; i < n_seq; ++i)
-    if (batch[i].n != 1) order.push_back(i);
-
-  // Fill the step integers (pinned staging), in the new order.
-  int32_t* S = step_host;
-  std::vector<int> seq_len(n_seq), first_row(n_seq);  // by new index / by original index
-  std::vector<std::vector<int32_t>> tables(n_seq);
-  int r = 0, max_new = 1, max_q_prefill = 1, qp = 0;
-  std::vector<int32_t> written;  // pages appended to this step (tiered invalidation)
-  S[sl.new_indptr] = 0;
-  S[sl.q_indptr] = 0;
-  for (int k = 0; k < n_seq; ++k) {
-    const DeviceSeq& s = batch[order[k]];
-    first_row[order[k]] = r;
-    for (int i = 0; i < s.n; ++i, ++r) {
-      S[sl.ids + r] = s.tokens[i];
-      S[sl.positions + r] = static_cast<int32_t>(s.start_pos + i);
-    }
-    S[sl.new_indptr + k + 1] = r;
-    seq_len[k] = static_cast<int>(s.start_pos + s.n);
-    S[sl.seq_lens + k] = seq_len[k];
-    S[sl.page_indptr + k] = k * W;
-    const int need = (seq_len[k] + P - 1) / P;
-    tables[k].assign(s.pages, s.pages + need);
-    std::copy(s.pages, s.pages + need, S + sl.page_indices + size_t(k) * W);
-    std::fill(S + sl.page_indices + size_t(k) * W + need, S + sl.page_indices + size_t(k + 1) * W,
-              0);
-    for (int j = static_cast<int>(s.start_pos / P); j < need; ++j) written.push_back(s.pages[j]);
-    max_new = std::max(max_new, s.n);
-    if (k >= nd) {
-      qp += s.n;
-      S[sl.q_indptr + (k - nd) + 1] = qp;
-      max_q_prefill = std::max(max_q_prefill, s.n);
-    }
-  }
-  S[sl.page_indptr + n_seq] = n_seq * W;
-  int n_logit_rows = 0;
-  for (int i = 0; i < n_seq; ++i) {
-    const DeviceSeq& s = batch[i];
-    for (int j = s.all_logits ? 0 : s.n - 1; j < s.n; ++j)
-      S[sl.logit_rows + n_logit_rows++] = first_row[i] + j;
-  }
+  StepLimits lim;
+  lim.max_batch = c.max_batch;
+  lim.max_tokens = c.max_tokens;
+  lim.max_pages_per_seq = c.max_pages_per_seq;
+  lim.page_size = c.page_size;
+  lim.num_pages = c.num_pages;
+  lim.vocab = c.vocab;
+  if (!PlanStep(batch, lim, &plan, error)) return false;
+  const int n_seq = plan.n_seq, nd = plan.nd, P = c.page_size, W = c.max_pages_per_seq;
+  const int n_logit_rows = static_cast<int>(plan.logit_rows.size());
+  const std::vector<DecodeGroup>& groups = plan.groups;
+  const std::vector<int>& seq_len = plan.seq_len;
+  const std::vector<int>& order = plan.order;
+  // The step integers into the pinned staging block (uploaded in one copy).
+  auto put = [&](size_t offset, const std::vector<int32_t>& v) {
+    std::copy(v.begin(), v.end(), step_host + offset);
+  };
+  put(sl.ids, plan.ids);
+  put(sl.positions, plan.positions);
+  put(sl.new_indptr, plan.new_indptr);
+  put(sl.seq_lens, plan.seq_lens);
+  put(sl.page_indptr, plan.page_indptr);
+  put(sl.page_indices, plan.page_indices);
+  put(sl.q_indptr, plan.q_indptr);
+  put(sl.logit_rows, plan.logit_rows);
   for (auto& L : layers)
-    if (L.residency) L.residency->Invalidate(written);
+    if (L.residency) L.residency->Invalidate(plan.written);
 
   std::string where;
   cudaError_t e = cudaMemcpyAsync(step_dev, step_host, sl.total * 4, cudaMemcpyHostToDevice, stream);
@@ -679,8 +595,7 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
     cudaGraph_t graph = nullptr;
     e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) {
-      const cudaError_t ee = Enqueue(T, n_seq, nd, max_new, max_q_prefill, n_logit_rows, groups,
-                                     seq_len, tables, &where);
+      const cudaError_t ee = Enqueue(plan, &where);
       e = cudaStreamEndCapture(stream, &graph);
       if (ee != cudaSuccess) e = ee;
     }
@@ -697,8 +612,7 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
     where = "cudaGraphLaunch";
     stats.graph_replayed = true;
   } else {
-    e = Enqueue(T, n_seq, nd, max_new, max_q_prefill, n_logit_rows, groups, seq_len, tables,
-                &where);
+    e = Enqueue(plan, &where);
   }
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) {
@@ -710,7 +624,7 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
   stats.seqs.assign(n_seq, DeviceSeqStats());
   const int64_t tok_bytes = 2 * int64_t{c.head_dim} * int64_t(elt);  // K + V, one head
   const int64_t box_bytes = 2 * int64_t{c.head_dim} * int64_t(elt);  // min + max, one head
-  for (const Group& g : groups)
+  for (const DecodeGroup& g : groups)
     for (int b = 0; b < g.size; ++b) {
       DeviceSeqStats& ss = stats.seqs[order[g.begin + b]];
       ss.decode = true;
