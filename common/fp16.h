@@ -48,6 +48,21 @@ inline fp16_t FloatToFp16(float f) {
   return static_cast<fp16_t>(sign | (ax >> 13));
 }
 
+// Directed rounding, for bounds kept in fp16: the largest fp16 <= f, and the smallest >= f.
+// (An f beyond the fp16 range gives -inf / +inf respectively; NaN stays NaN.)
+inline fp16_t FloatToFp16Down(float f) {
+  fp16_t h = FloatToFp16(f);
+  if ((h & 0x7fffu) > 0x7c00u || !(Fp16ToFloat(h) > f)) return h;
+  if (h == 0x0000u || h == 0x8000u) return 0x8001u;  // just below zero
+  return static_cast<fp16_t>(h & 0x8000u ? h + 1 : h - 1);
+}
+inline fp16_t FloatToFp16Up(float f) {
+  fp16_t h = FloatToFp16(f);
+  if ((h & 0x7fffu) > 0x7c00u || !(Fp16ToFloat(h) < f)) return h;
+  if (h == 0x0000u || h == 0x8000u) return 0x0001u;  // just above zero
+  return static_cast<fp16_t>(h & 0x8000u ? h - 1 : h + 1);
+}
+
 inline float Bf16ToFloat(bf16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
 inline bf16_t FloatToBf16(float f) {

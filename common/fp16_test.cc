@@ -40,6 +40,32 @@ TEST(Fp16, RoundsToNearest) {
   }
 }
 
+// Directed rounding: Down(f) <= f <= Up(f), each the nearest such fp16 (equal to f when exact).
+TEST(Fp16, DirectedRoundingBoundsTheValue) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-70000.0f, 70000.0f);
+  std::uniform_real_distribution<float> small(-1e-4f, 1e-4f);
+  for (int i = 0; i < 200000; ++i) {
+    const float f = (i % 2) ? u(rng) : small(rng);
+    const fp16_t lo = FloatToFp16Down(f), hi = FloatToFp16Up(f);
+    ASSERT_LE(Fp16ToFloat(lo), f) << f;
+    ASSERT_GE(Fp16ToFloat(hi), f) << f;
+    if (Fp16ToFloat(FloatToFp16(f)) == f) {
+      ASSERT_EQ(Fp16ToFloat(lo), f);
+      ASSERT_EQ(Fp16ToFloat(hi), f);
+    } else if (std::fabs(f) < 65504.0f) {
+      // Adjacent: nothing in fp16 strictly between them.
+      const float mid_lo = Fp16ToFloat(FloatToFp16Up(std::nextafter(Fp16ToFloat(lo), 1e9f)));
+      ASSERT_EQ(mid_lo, Fp16ToFloat(hi)) << f;
+    }
+  }
+  EXPECT_EQ(Fp16ToFloat(FloatToFp16Down(1e6f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(Fp16ToFloat(FloatToFp16Up(1e6f))));
+  EXPECT_EQ(Fp16ToFloat(FloatToFp16Up(-1e6f)), -65504.0f);
+  EXPECT_LT(Fp16ToFloat(FloatToFp16Down(-1e-9f)), 0.0f);
+  EXPECT_GT(Fp16ToFloat(FloatToFp16Up(1e-9f)), 0.0f);
+}
+
 TEST(Bf16, RoundTrip) {
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.5f)), 1.5f);
   EXPECT_EQ(Bf16ToFloat(0x3f80), 1.0f);

@@ -277,6 +277,33 @@ void AttendImpl(const float* q, int n_q, int d, const KvSpan* spans, int n_spans
 
 bool AttentionUsesSimd() { return kSimd; }
 
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c"))) static float BoxScoreAvx2(const float* q, const fp16_t* mn,
+                                                             const fp16_t* mx, int d) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int i = 0; i < d; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+    const __m256 lo =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mn + i)));
+    const __m256 hi =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mx + i)));
+    acc = _mm256_add_ps(acc, _mm256_max_ps(_mm256_mul_ps(qv, lo), _mm256_mul_ps(qv, hi)));
+  }
+  return HorizontalSum(acc);
+}
+#endif
+
+float BoxScore(const float* q, const fp16_t* mn, const fp16_t* mx, int d) {
+#if defined(__x86_64__)
+  if (kSimd) return BoxScoreAvx2(q, mn, mx, d);
+#endif
+  // Eight partial sums, as the SIMD lanes.
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < d; ++i)
+    acc[i % 8] += std::max(q[i] * Fp16ToFloat(mn[i]), q[i] * Fp16ToFloat(mx[i]));
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 void Fp16ToFloatRow(const fp16_t* src, float* dst, int n) {
 #if defined(__x86_64__)
   if (kSimd) {

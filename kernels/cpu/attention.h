@@ -62,6 +62,11 @@ void AttendSpansReference(const float* q, int n_q, int head_dim, const KvSpan* s
 // fp16 -> fp32 for n values (F16C when available).
 void Fp16ToFloatRow(const fp16_t* src, float* dst, int n);
 
+// Quest's page score for one query head over an fp16 key box: sum_d max(q_d * kmin_d,
+// q_d * kmax_d), the largest q·k any key inside the box can reach (F16C when available).
+// REQUIRES: head_dim % 8 == 0.
+float BoxScore(const float* q, const fp16_t* kmin, const fp16_t* kmax, int head_dim);
+
 // True when the F16C/AVX2/FMA path is in use (TINYSERVE_CPU_ISA=scalar or
 // TINYSERVE_ATTENTION_ISA=scalar turns it off).
 bool AttentionUsesSimd();

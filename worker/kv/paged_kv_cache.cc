@@ -9,6 +9,14 @@ namespace tinyserve {
 namespace {
 
 constexpr float kQMax = 127.0f;
+constexpr fp16_t kPosInf = 0x7c00u, kNegInf = 0xfc00u;
+
+// Widens a box (fp16 bounds) to hold an fp16 value.
+inline void Widen(fp16_t value, fp16_t* mn, fp16_t* mx) {
+  const float x = Fp16ToFloat(value);
+  if (x < Fp16ToFloat(*mn)) *mn = value;
+  if (x > Fp16ToFloat(*mx)) *mx = value;
+}
 
 }  // namespace
 
@@ -53,8 +61,8 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& config) : config_(config) {
       k_[l].assign(kv, 0);
       v_[l].assign(kv, 0);
     }
-    kmin_[l].assign(meta, std::numeric_limits<float>::infinity());
-    kmax_[l].assign(meta, -std::numeric_limits<float>::infinity());
+    kmin_[l].assign(meta, kPosInf);
+    kmax_[l].assign(meta, kNegInf);
   }
   if (int8) {
     stage_of_.assign(static_cast<size_t>(config.num_pages), -1);
@@ -70,7 +78,7 @@ int64_t PagedKvCache::BytesPerToken() const {
 int64_t PagedKvCache::BytesForPages(const KvCacheConfig& c, int64_t n) {
   const int64_t kv =
       2LL * c.n_layers * c.n_kv_heads * c.page_size * c.head_dim * KvDtypeBytes(c.dtype);
-  const int64_t meta = 2LL * c.n_layers * c.n_kv_heads * c.head_dim * 4;
+  const int64_t meta = 2LL * c.n_layers * c.n_kv_heads * c.head_dim * 2;  // fp16 box
   // int8: per-channel K scales and one V scale per layer and head.
   const int64_t scales =
       c.dtype == KvDtype::kInt8 ? 1LL * c.n_layers * c.n_kv_heads * (c.head_dim + 1) * 4 : 0;
@@ -80,10 +88,10 @@ int64_t PagedKvCache::BytesForPages(const KvCacheConfig& c, int64_t n) {
 void PagedKvCache::ResetPage(int32_t page) {
   for (int l = 0; l < config_.n_layers; ++l)
     for (int h = 0; h < config_.n_kv_heads; ++h) {
-      float* mn = kmin_[l].data() + MetaOffset(page, h);
-      float* mx = kmax_[l].data() + MetaOffset(page, h);
-      std::fill(mn, mn + config_.head_dim, std::numeric_limits<float>::infinity());
-      std::fill(mx, mx + config_.head_dim, -std::numeric_limits<float>::infinity());
+      fp16_t* mn = kmin_[l].data() + MetaOffset(page, h);
+      fp16_t* mx = kmax_[l].data() + MetaOffset(page, h);
+      std::fill(mn, mn + config_.head_dim, kPosInf);
+      std::fill(mx, mx + config_.head_dim, kNegInf);
       if (config_.dtype == KvDtype::kInt8) {
         std::fill_n(kscale_[l].data() + MetaOffset(page, h), config_.head_dim, 0.0f);
         vscale_[l][ScaleOffset(page, h)] = 0.0f;
@@ -173,8 +181,8 @@ void PagedKvCache::QuantizeLayer(int layer, int32_t page, const Stage& st) {
     float* kscale = kscale_[layer].data() + MetaOffset(page, h);
     int8_t* k8 = k8_[layer].data() + Offset(page, h);
     int8_t* v8 = v8_[layer].data() + Offset(page, h);
-    float* mn = kmin_[layer].data() + MetaOffset(page, h);
-    float* mx = kmax_[layer].data() + MetaOffset(page, h);
+    fp16_t* mn = kmin_[layer].data() + MetaOffset(page, h);
+    fp16_t* mx = kmax_[layer].data() + MetaOffset(page, h);
     // K: one scale per channel over the page's rows; the box over the dequantized keys.
     for (int c = 0; c < d; ++c) {
       float amax = 0.0f;
@@ -190,9 +198,9 @@ void PagedKvCache::QuantizeLayer(int layer, int32_t page, const Stage& st) {
         hi = std::max(hi, stored);
       }
       // Slots past the written ones are zeros in the stage, so the box may include 0: still a
-      // bound of the valid keys.
-      mn[c] = lo;
-      mx[c] = hi;
+      // bound of the valid keys. Rounded outwards to fp16.
+      mn[c] = FloatToFp16Down(lo);
+      mx[c] = FloatToFp16Up(hi);
     }
     // V: one scale for the block.
     float amax = 0.0f;
@@ -211,16 +219,14 @@ void PagedKvCache::WriteToken(int layer, int32_t page, int slot, const float* k,
   if (config_.dtype == KvDtype::kInt8) {
     Stage* st = &Staged(page);
     for (int h = 0; h < config_.n_kv_heads; ++h) {
-      float* mn = kmin_[layer].data() + MetaOffset(page, h);
-      float* mx = kmax_[layer].data() + MetaOffset(page, h);
+      fp16_t* mn = kmin_[layer].data() + MetaOffset(page, h);
+      fp16_t* mx = kmax_[layer].data() + MetaOffset(page, h);
       fp16_t* kd = st->k.data() + StageOffset(layer, h) + static_cast<size_t>(slot) * d;
       fp16_t* vd = st->v.data() + StageOffset(layer, h) + static_cast<size_t>(slot) * d;
       for (int i = 0; i < d; ++i) {
         kd[i] = FloatToFp16(k[h * d + i]);
         vd[i] = FloatToFp16(v[h * d + i]);
-        const float stored = Fp16ToFloat(kd[i]);  // read from the stage until quantized
-        mn[i] = std::min(mn[i], stored);
-        mx[i] = std::max(mx[i], stored);
+        Widen(kd[i], mn + i, mx + i);  // read from the stage until quantized
       }
     }
     st->quantized[layer] = 0;  // a re-staged page written again in a quantized layer
@@ -232,8 +238,8 @@ void PagedKvCache::WriteToken(int layer, int32_t page, int slot, const float* k,
     return;
   }
   for (int h = 0; h < config_.n_kv_heads; ++h) {
-    float* mn = kmin_[layer].data() + MetaOffset(page, h);
-    float* mx = kmax_[layer].data() + MetaOffset(page, h);
+    fp16_t* mn = kmin_[layer].data() + MetaOffset(page, h);
+    fp16_t* mx = kmax_[layer].data() + MetaOffset(page, h);
     const float* kh = k + static_cast<size_t>(h) * d;
     const float* vh = v + static_cast<size_t>(h) * d;
     fp16_t* kd = K(layer, page, h) + static_cast<size_t>(slot) * d;
@@ -241,9 +247,7 @@ void PagedKvCache::WriteToken(int layer, int32_t page, int slot, const float* k,
     for (int i = 0; i < d; ++i) {
       kd[i] = FloatToFp16(kh[i]);
       vd[i] = FloatToFp16(vh[i]);
-      const float stored = Fp16ToFloat(kd[i]);  // the box bounds what attention will read
-      mn[i] = std::min(mn[i], stored);
-      mx[i] = std::max(mx[i], stored);
+      Widen(kd[i], mn + i, mx + i);  // the box bounds what attention will read
     }
   }
 }
@@ -265,9 +269,9 @@ void PagedKvCache::CopyPage(int32_t src, int32_t dst) {
       std::memcpy(V(l, dst, 0), V(l, src, 0), n * sizeof(fp16_t));
     }
     std::memcpy(kmin_[l].data() + MetaOffset(dst, 0), kmin_[l].data() + MetaOffset(src, 0),
-                m * sizeof(float));
+                m * sizeof(fp16_t));
     std::memcpy(kmax_[l].data() + MetaOffset(dst, 0), kmax_[l].data() + MetaOffset(src, 0),
-                m * sizeof(float));
+                m * sizeof(fp16_t));
   }
   if (config_.dtype != KvDtype::kInt8) return;
   DropStage(dst);

@@ -3,7 +3,7 @@
 //
 // Layout, per layer (one contiguous block each):
 //   K, V      [num_pages][n_kv_heads][page_size][head_dim]   fp16, or int8 with KvDtype::kInt8
-//   kmin,kmax [num_pages][n_kv_heads][head_dim]              fp32
+//   kmin,kmax [num_pages][n_kv_heads][head_dim]              fp16 (bounds rounded outwards)
 //   kscale    [num_pages][n_kv_heads][head_dim]              fp32 (int8 only)
 //   vscale    [num_pages][n_kv_heads]                        fp32 (int8 only)
 // A page id addresses the same token positions in every layer. Token t of a sequence lives in
@@ -11,7 +11,8 @@
 //
 // Metadata invariant: for every page, layer and KV head, kmin[d] <= k[d] <= kmax[d] for each
 // stored (fp16-rounded) key of the page's valid slots; it is kept by WriteToken (running min/max)
-// and reset by ResetPage when a page is (re)allocated. A page shared by several sequences (prefix
+// and reset by ResetPage when a page is (re)allocated. The bounds are fp16: exact (tight) for
+// fp16 keys; for int8 pages the dequantized keys' min and max are rounded down and up. A page shared by several sequences (prefix
 // cache) is only written before it is shared, so it shares its metadata too.
 //
 // int8 storage: a stored value is q * scale with q in [-127, 127]; scales are per page, layer
@@ -26,10 +27,10 @@
 // staged page is quantized as it is (its unwritten slots are zero) to free one; if that page is
 // written again it is staged again from its dequantized values.
 
-// Memory overhead of the metadata: 2 * head_dim * 4 bytes per page and KV head against
-// 2 * page_size * head_dim * 2 bytes of K+V: 2 / page_size (12.5% at page size 16; 6.25% at 32).
+// Memory overhead of the metadata: 2 * head_dim * 2 bytes per page and KV head against
+// 2 * page_size * head_dim * 2 bytes of K+V: 1 / page_size (6.25% at page size 16).
 // int8 K+V take half the bytes of fp16; their scales add (head_dim + 1) * 4 bytes per page and
-// KV head (page size 16, head_dim 64: int8 K+V+scales+box = 61.2% of fp16 K+V+box).
+// KV head (page size 16, head_dim 64: int8 K+V+scales+box = 58.9% of fp16 K+V+box).
 // Accuracy: docs/PERFORMANCE.md "int8 KV cache".
 //
 // Thread safety: WriteToken, ResetPage and CopyPage run on one thread at a time (the engine's
@@ -109,10 +110,10 @@ class PagedKvCache {
   const fp16_t* StagedV(int layer, int32_t page, int head) const;
   int staged_pages() const;
   // [head_dim] bounds of one page, layer and head.
-  const float* KMin(int layer, int32_t page, int head) const {
+  const fp16_t* KMin(int layer, int32_t page, int head) const {
     return kmin_[layer].data() + MetaOffset(page, head);
   }
-  const float* KMax(int layer, int32_t page, int head) const {
+  const fp16_t* KMax(int layer, int32_t page, int head) const {
     return kmax_[layer].data() + MetaOffset(page, head);
   }
 
@@ -164,7 +165,7 @@ class PagedKvCache {
   std::vector<std::vector<fp16_t>> k_, v_;         // kF16
   std::vector<std::vector<int8_t>> k8_, v8_;       // kInt8
   std::vector<std::vector<float>> kscale_, vscale_;  // kInt8
-  std::vector<std::vector<float>> kmin_, kmax_;
+  std::vector<std::vector<fp16_t>> kmin_, kmax_;
   // int8 stages: stage_of_[page] indexes stages_ (-1: none); free slots are reused.
   std::vector<int32_t> stage_of_;
   std::vector<std::unique_ptr<Stage>> stages_;

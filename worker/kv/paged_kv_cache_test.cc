@@ -30,24 +30,24 @@ TEST(PagedKvCache, LayoutAndMetadataBoundStoredKeys) {
       for (int d = 0; d < 8; ++d) {
         const float stored = Fp16ToFloat(kp[slot * 8 + d]);
         EXPECT_NEAR(stored, keys[slot][h * 8 + d], 2e-3f);
-        EXPECT_LE(cache.KMin(1, page, h)[d], stored);
-        EXPECT_GE(cache.KMax(1, page, h)[d], stored);
+        EXPECT_LE(Fp16ToFloat(cache.KMin(1, page, h)[d]), stored);
+        EXPECT_GE(Fp16ToFloat(cache.KMax(1, page, h)[d]), stored);
       }
     // The box is tight: each bound is attained by some stored key.
     for (int d = 0; d < 8; ++d) {
       bool min_hit = false, max_hit = false;
       for (int slot = 0; slot < 3; ++slot) {
         const float stored = Fp16ToFloat(kp[slot * 8 + d]);
-        min_hit |= stored == cache.KMin(1, page, h)[d];
-        max_hit |= stored == cache.KMax(1, page, h)[d];
+        min_hit |= stored == Fp16ToFloat(cache.KMin(1, page, h)[d]);
+        max_hit |= stored == Fp16ToFloat(cache.KMax(1, page, h)[d]);
       }
       EXPECT_TRUE(min_hit && max_hit);
     }
   }
   // Layer 0 of the page was not written: its box is empty.
-  EXPECT_GT(cache.KMin(0, page, 0)[0], cache.KMax(0, page, 0)[0]);
+  EXPECT_GT(Fp16ToFloat(cache.KMin(0, page, 0)[0]), Fp16ToFloat(cache.KMax(0, page, 0)[0]));
   cache.ResetPage(page);
-  EXPECT_GT(cache.KMin(1, page, 0)[0], cache.KMax(1, page, 0)[0]);
+  EXPECT_GT(Fp16ToFloat(cache.KMin(1, page, 0)[0]), Fp16ToFloat(cache.KMax(1, page, 0)[0]));
   EXPECT_EQ(cache.BytesPerToken(), 2 * 2 * 3 * 8 * 2);
 }
 
@@ -92,8 +92,8 @@ TEST(PagedKvCache, Int8PagesAreStagedThenQuantizedOnce) {
         for (int i = 0; i < D; ++i) {
           EXPECT_EQ(Fp16ToFloat(sk[slot * D + i]), k16[h * D + i]);
           EXPECT_EQ(Fp16ToFloat(sv[slot * D + i]), v16[h * D + i]);
-          EXPECT_LE(cache.KMin(1, page, h)[i], k16[h * D + i]);
-          EXPECT_GE(cache.KMax(1, page, h)[i], k16[h * D + i]);
+          EXPECT_LE(Fp16ToFloat(cache.KMin(1, page, h)[i]), k16[h * D + i]);
+          EXPECT_GE(Fp16ToFloat(cache.KMax(1, page, h)[i]), k16[h * D + i]);
         }
       }
     }
@@ -112,18 +112,18 @@ TEST(PagedKvCache, Int8PagesAreStagedThenQuantizedOnce) {
       for (int slot = 0; slot < P; ++slot) kmax_abs = std::max(kmax_abs, std::fabs(keys[slot][h * D + i]));
       const float ks = cache.KScale(1, page, h)[i];
       EXPECT_FLOAT_EQ(ks, kmax_abs / 127);
-      bool min_hit = false, max_hit = false;
+      // The fp16 box is the dequantized keys' min and max rounded outwards.
+      float lo = 1e30f, hi = -1e30f;
       for (int slot = 0; slot < P; ++slot) {
         const float kd = Dequant(cache, true, 1, page, h, slot, i);
         EXPECT_LE(std::fabs(kd - keys[slot][h * D + i]), 0.5f * ks * (1 + 1e-5f));
         EXPECT_LE(std::fabs(Dequant(cache, false, 1, page, h, slot, i) - values[slot][h * D + i]),
                   0.5f * vs * (1 + 1e-5f));
-        EXPECT_LE(cache.KMin(1, page, h)[i], kd);
-        EXPECT_GE(cache.KMax(1, page, h)[i], kd);
-        min_hit |= kd == cache.KMin(1, page, h)[i];
-        max_hit |= kd == cache.KMax(1, page, h)[i];
+        lo = std::min(lo, kd);
+        hi = std::max(hi, kd);
       }
-      EXPECT_TRUE(min_hit && max_hit) << "head " << h << " dim " << i;
+      EXPECT_EQ(cache.KMin(1, page, h)[i], FloatToFp16Down(lo)) << "head " << h << " dim " << i;
+      EXPECT_EQ(cache.KMax(1, page, h)[i], FloatToFp16Up(hi)) << "head " << h << " dim " << i;
     }
   }
   // Copy-on-write keeps data, scales and box.
@@ -139,11 +139,11 @@ TEST(PagedKvCache, Int8PagesAreStagedThenQuantizedOnce) {
   cache.ResetPage(page);
   EXPECT_EQ(cache.KScale(1, page, 0)[0], 0.0f);
   EXPECT_EQ(cache.VScale(1, page, 0), 0.0f);
-  EXPECT_GT(cache.KMin(1, page, 0)[0], cache.KMax(1, page, 0)[0]);
+  EXPECT_GT(Fp16ToFloat(cache.KMin(1, page, 0)[0]), Fp16ToFloat(cache.KMax(1, page, 0)[0]));
   std::vector<float> zero(H * D, 0.0f);
   cache.WriteToken(1, page, 0, zero.data(), zero.data());
   EXPECT_EQ(Fp16ToFloat(cache.StagedK(1, page, 0)[0]), 0.0f);
-  EXPECT_EQ(cache.KMin(1, page, 0)[0], 0.0f);
+  EXPECT_EQ(Fp16ToFloat(cache.KMin(1, page, 0)[0]), 0.0f);
   cache.ResetPage(page);
   EXPECT_EQ(cache.staged_pages(), 0);
 }
@@ -204,10 +204,10 @@ TEST(PagedKvCache, Int8HalvesKvBytes) {
   i8.dtype = KvDtype::kInt8;
   EXPECT_EQ(PagedKvCache(f16).BytesPerToken(), 23040);  // SmolLM2-135M
   EXPECT_EQ(PagedKvCache(i8).BytesPerToken(), 11520);
-  // Per page: K+V, the fp32 box and (int8) fp32 scales: one per K channel, one for V.
-  EXPECT_EQ(PagedKvCache::BytesForPages(f16, 1), 16 * 23040 + 2 * 30 * 3 * 64 * 4);
+  // Per page: K+V, the fp16 box and (int8) fp32 scales: one per K channel, one for V.
+  EXPECT_EQ(PagedKvCache::BytesForPages(f16, 1), 16 * 23040 + 2 * 30 * 3 * 64 * 2);
   EXPECT_EQ(PagedKvCache::BytesForPages(i8, 1),
-            16 * 11520 + 2 * 30 * 3 * 64 * 4 + 30 * 3 * (64 + 1) * 4);
+            16 * 11520 + 2 * 30 * 3 * 64 * 2 + 30 * 3 * (64 + 1) * 4);
 }
 
 }  // namespace

@@ -43,8 +43,8 @@ class QuestPolicy : public Policy {
     const int d = a.head_dim;
     for (int64_t p = 0; p < n_pages; ++p) {
       const int32_t page = (*a.pages)[p];
-      const float* mn = a.kv->KMin(a.layer, page, a.kv_head);
-      const float* mx = a.kv->KMax(a.layer, page, a.kv_head);
+      const fp16_t* mn = a.kv->KMin(a.layer, page, a.kv_head);
+      const fp16_t* mx = a.kv->KMax(a.layer, page, a.kv_head);
       float agg = sum_ ? 0.0f : -std::numeric_limits<float>::infinity();
       for (int g = 0; g < a.group; ++g) {
         const float s = QuestScore(a.q + static_cast<size_t>(g) * d, mn, mx, d);
@@ -215,14 +215,8 @@ const std::map<std::string, std::vector<std::string>>& Registry() {
 
 }  // namespace
 
-float QuestScore(const float* q, const float* mn, const float* mx, int d) {
-  // Eight independent partial sums so the loop vectorizes without reassociation.
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= d; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += std::max(q[i + j] * mn[i + j], q[i + j] * mx[i + j]);
-  for (; i < d; ++i) acc[0] += std::max(q[i] * mn[i], q[i] * mx[i]);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+float QuestScore(const float* q, const fp16_t* mn, const fp16_t* mx, int d) {
+  return BoxScore(q, mn, mx, d);
 }
 
 std::vector<std::string> PolicyNames() {

@@ -102,11 +102,13 @@ void Policy::Select(const SelectArgs& a, std::vector<int32_t>* chosen) {
   const int64_t n_pages = (a.n_tokens + a.page_size - 1) / a.page_size;
   const int64_t tok_bytes = ctx_.kv_bytes_per_token_head_layer;
   StepStats local;
-  // Scoring pages through their boxes reads 2 * head_dim fp32 per page (against
-  // 4 * page_size * head_dim bytes of K+V): selection pays only when the context exceeds the
-  // budget by more than the boxes cost.
-  const bool saves = !reads_metadata() ||
-                     page_budget_ * a.page_size + 2 * n_pages < n_pages * a.page_size;
+  // Scoring pages through their boxes reads 2 * head_dim fp16 per page (against page_size
+  // tokens of K+V, tok_bytes each): selection pays only when the context exceeds the budget by
+  // more than the boxes cost.
+  const int64_t box_bytes = 2LL * a.head_dim * static_cast<int64_t>(sizeof(fp16_t));
+  const bool saves = !reads_metadata() || (page_budget_ * a.page_size) * tok_bytes +
+                                                  n_pages * box_bytes <
+                                              n_pages * a.page_size * tok_bytes;
   if (n_pages <= page_budget_ || !saves) {
     // The context fits the budget (or selecting would read more than dense): dense, and
     // bit-identical to dense.
@@ -123,7 +125,7 @@ void Policy::Select(const SelectArgs& a, std::vector<int32_t>* chosen) {
   local.kv_bytes_dense = a.n_tokens * tok_bytes;
   local.kv_bytes_read = tokens * tok_bytes;
   if (reads_metadata())
-    local.kv_bytes_read += local.pages_scored * 2LL * a.head_dim * sizeof(float);
+    local.kv_bytes_read += local.pages_scored * box_bytes;
   // Reuse against the previous step of this (layer, head).
   std::vector<int32_t>& prev = prev_[static_cast<size_t>(a.layer) * ctx_.n_kv_heads + a.kv_head];
   if (!prev.empty()) {

@@ -117,7 +117,8 @@ class Policy : public AttentionSelector {
 
 // Quest's page score for one query head: sum_d max(q_d * kmin_d, q_d * kmax_d), the largest
 // q·k any key inside the page's bounding box can reach.
-float QuestScore(const float* q, const float* kmin, const float* kmax, int head_dim);
+// (kernels/cpu/attention.h's BoxScore.)
+float QuestScore(const float* q, const fp16_t* kmin, const fp16_t* kmax, int head_dim);
 
 // Dense attention mass of each logical page for the query group of args (mean over the group's
 // heads): the oracle's ranking. [n_pages], sums to 1.

@@ -196,21 +196,21 @@ TEST(Policies, DeterministicForTheSameSeed) {
 }
 
 TEST(Policies, QuestStaysDenseWhenTheBoxesWouldCostMoreThanTheySave) {
-  // 16 tokens per page: boxes cost 2 of 16 token-equivalents per page, so with a budget of 8
-  // pages selection pays only past 8 * 16 / 14 = 9.1 pages.
-  for (int64_t pages : {9, 10}) {
+  // 16 tokens per page, fp16 K/V and fp16 boxes: a box costs 1 of 16 token-equivalents per
+  // page, so with a budget of 15 pages selection pays only past 15 * 16 / 15 = 16 pages.
+  for (int64_t pages : {16, 17}) {
     Synthetic s(1, 1, 8, 16, 16 * pages, 3);
     std::vector<float> q(8, 0.5f);
     SelectionSpec spec;
     spec.policy = "quest";
-    spec.budget = 8 * 16;
+    spec.budget = 15 * 16;
     spec.dense_layers = 0;
     auto p = CreatePolicy(spec, Ctx(s));
     std::vector<int32_t> chosen;
     (*p)->BeginStep(s.n_tokens);
     (*p)->Select(s.Args(0, 0, q.data(), 1), &chosen);
     (*p)->EndStep();
-    EXPECT_EQ(static_cast<int64_t>(chosen.size()), pages == 9 ? 9 : 8) << pages;
+    EXPECT_EQ(static_cast<int64_t>(chosen.size()), pages == 16 ? 16 : 15) << pages;
     EXPECT_LE((*p)->stats().total.kv_bytes_read, (*p)->stats().total.kv_bytes_dense);
   }
 }
