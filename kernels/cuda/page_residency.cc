@@ -34,11 +34,14 @@ bool PageResidency::Ensure(const std::vector<int32_t>& needed, std::vector<Copy>
   order.reserve(capacity_);
   for (int32_t s = 0; s < capacity_; ++s)
     if (last_used_[s] != now) order.push_back(s);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    const bool fa = page_in_[a] < 0, fb = page_in_[b] < 0;
-    if (fa != fb) return fa;
-    return last_used_[a] != last_used_[b] ? last_used_[a] < last_used_[b] : a < b;
-  });
+  // Only the first missing.size() victims are needed, in order.
+  std::partial_sort(order.begin(), order.begin() + missing.size(), order.end(),
+                    [&](int32_t a, int32_t b) {
+                      const bool fa = page_in_[a] < 0, fb = page_in_[b] < 0;
+                      if (fa != fb) return fa;
+                      return last_used_[a] != last_used_[b] ? last_used_[a] < last_used_[b]
+                                                            : a < b;
+                    });
   for (size_t i = 0; i < missing.size(); ++i) {
     const int32_t s = order[i];  // enough: |distinct| <= capacity
     if (page_in_[s] >= 0) slot_of_.erase(page_in_[s]);

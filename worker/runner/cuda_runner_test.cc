@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "common/fp16.h"
@@ -101,15 +102,21 @@ SeqInput Input(Seq& s, int n) {
   return in;
 }
 
-// Two sequences: a mixed step (A prefills 100, B prefills 40), then `steps` batched decode
-// steps. Returns the logits of every Forward. spec: the decode selection (null: dense).
-std::vector<std::vector<float>> RunCuda(CudaRunner& r, const SelectionSpec* spec, int steps,
-                                        std::vector<StepStats>* stats = nullptr) {
+// The two sequences both runs drive: 200 random tokens each, on disjoint pages.
+std::pair<Seq, Seq> TwoSequences() {
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> tok(0, 299);
   Seq a, b;
   for (int i = 0; i < 200; ++i) a.tokens.push_back(tok(rng)), b.tokens.push_back(tok(rng));
   for (int p = 0; p < 13; ++p) a.pages.push_back(2 * p + 1), b.pages.push_back(2 * p + 30);
+  return {a, b};
+}
+
+// Two sequences: a mixed step (A prefills 100, B prefills 40), then `steps` batched decode
+// steps. Returns the logits of every Forward. spec: the decode selection (null: dense).
+std::vector<std::vector<float>> RunCuda(CudaRunner& r, const SelectionSpec* spec, int steps,
+                                        std::vector<StepStats>* stats = nullptr) {
+  auto [a, b] = TwoSequences();
   std::vector<std::vector<float>> out;
   std::vector<float> logits;
   EXPECT_TRUE(r.Forward({Input(a, 100), Input(b, 40)}, {nullptr, nullptr}, &logits).ok());
@@ -131,11 +138,7 @@ std::vector<std::vector<float>> RunCuda(CudaRunner& r, const SelectionSpec* spec
 }
 
 std::vector<std::vector<float>> RunCpu(TransformerRunner& r, int steps) {
-  std::mt19937 rng(9);
-  std::uniform_int_distribution<int> tok(0, 299);
-  Seq a, b;
-  for (int i = 0; i < 200; ++i) a.tokens.push_back(tok(rng)), b.tokens.push_back(tok(rng));
-  for (int p = 0; p < 13; ++p) a.pages.push_back(2 * p + 1), b.pages.push_back(2 * p + 30);
+  auto [a, b] = TwoSequences();
   PagedKvCache kv(r.MakeKvConfig(kPage, kPages));
   for (int p = 0; p < kPages; ++p) kv.ResetPage(p);
   std::vector<std::vector<float>> out;
