@@ -338,15 +338,23 @@ class ClusterTest(unittest.TestCase):
         self.assertIn(out["res"].code, (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE))
 
 
+def default_model():
+    """stories260K from the test data: $TINYSERVE_DATA, else shared/data beside the checkout."""
+    data = os.environ.get("TINYSERVE_DATA") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data")
+    return os.path.join(data, "models", "stories260K", "stories260K.gguf")
+
+
 def main():
     global ARGS, S
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", default=default_model())
     ARGS, rest = parser.parse_known_args()
     if not os.path.exists(ARGS.model):
-        print(f"model {ARGS.model} not found; skipping")
-        return 0
+        print(f"FAIL: model {ARGS.model} not found (set TINYSERVE_DATA, or run scripts/test, "
+              "which fetches the test data)")
+        return 1
     S = cl.stubs()
     prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
     return 0 if prog.result.wasSuccessful() else 1

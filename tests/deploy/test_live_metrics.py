@@ -192,13 +192,19 @@ def prom_query(base, q):
         raise RuntimeError(data)
     return data["data"]["result"]
 
+def default_model():
+    """stories260K from the test data: $TINYSERVE_DATA, else shared/data beside the checkout."""
+    data = os.environ.get("TINYSERVE_DATA") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data")
+    return os.path.join(data, "models", "stories260K", "stories260K.gguf")
+
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["names", "prometheus"], required=True)
     ap.add_argument("--repo", required=True, type=pathlib.Path)
     ap.add_argument("--binary", required=True, type=pathlib.Path)
-    ap.add_argument("--model", required=True, type=pathlib.Path)
+    ap.add_argument("--model", default=default_model(), type=pathlib.Path)
     ap.add_argument("--prometheus", default="/usr/bin/prometheus")
     ap.add_argument("--work", required=True, type=pathlib.Path)
     a = ap.parse_args()
@@ -208,7 +214,7 @@ def main():
               "this test runs as soon as it does.")
         return SKIP
     if not a.model.exists():
-        raise SystemExit(f"FAIL: model {a.model} not found (shared/data/models beside the repo)")
+        raise SystemExit(f"FAIL: model {a.model} not found (set TINYSERVE_DATA, or run scripts/test)")
     a.work.mkdir(parents=True, exist_ok=True)
     wport, wmport, rport, rmport = free_port(), free_port(), free_port(), free_port()
     wlog = open(a.work / "worker.log", "w")
