@@ -202,3 +202,11 @@ def wait_for(predicate, timeout, interval=0.1):
             return value
         time.sleep(interval)
     return predicate()
+
+
+def default_model():
+    """stories260K from the test data: $TINYSERVE_DATA, else shared/data beside the checkout."""
+    data = os.environ.get("TINYSERVE_DATA") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data")
+    return os.path.join(data, "models", "stories260K", "stories260K.gguf")
+

@@ -1,7 +1,7 @@
 """Process-level tests of a TinyServe cluster: real workers and routers on loopback serving
 stories260K, driven through the published protos (Python stubs generated at test time).
 
-  python cluster_test.py --binary build/bin/tinyserve --model PATH [unittest args, e.g. -k queue]
+  python cluster_test.py --binary build/bin/tinyserve [--model PATH] [unittest args, e.g. -k queue]
 
 Every test is bounded in time, and every process it starts is killed when it ends.
 """
@@ -338,18 +338,11 @@ class ClusterTest(unittest.TestCase):
         self.assertIn(out["res"].code, (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE))
 
 
-def default_model():
-    """stories260K from the test data: $TINYSERVE_DATA, else shared/data beside the checkout."""
-    data = os.environ.get("TINYSERVE_DATA") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data")
-    return os.path.join(data, "models", "stories260K", "stories260K.gguf")
-
-
 def main():
     global ARGS, S
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
-    parser.add_argument("--model", default=default_model())
+    parser.add_argument("--model", default=cl.default_model())
     ARGS, rest = parser.parse_known_args()
     if not os.path.exists(ARGS.model):
         print(f"FAIL: model {ARGS.model} not found (set TINYSERVE_DATA, or run scripts/test, "

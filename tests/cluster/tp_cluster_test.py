@@ -1,7 +1,7 @@
 """Process-level test of a tensor-parallel worker: `tinyserve worker --tp-size 2 --tp-launch local`
 (rank 0 serves, rank 1 is its child process, Gloo over loopback) behind a router, on stories260K.
 
-  python tp_cluster_test.py --binary build/bin/tinyserve --model PATH [unittest args]
+  python tp_cluster_test.py --binary build/bin/tinyserve [--model PATH] [unittest args]
 
 Checks: greedy tokens through the router equal a TP-1 worker's (one at a time and batched);
 after `kill -9` of rank 1 the group turns unhealthy within a bounded time, the router marks it
@@ -107,11 +107,12 @@ def main():
     global ARGS
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", default=cl.default_model())
     ARGS, rest = parser.parse_known_args()
     if not os.path.exists(ARGS.model):
-        print(f"model {ARGS.model} not found; skipping")
-        return 0
+        print(f"FAIL: model {ARGS.model} not found (set TINYSERVE_DATA, or run scripts/test, "
+              "which fetches the test data)")
+        return 1
     ct.S = cl.stubs()
     prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
     return 0 if prog.result.wasSuccessful() else 1
