@@ -79,10 +79,12 @@ if [ -d "$ROOT/.gpu-carry/engine/bin" ]; then
 else
   echo "engine tests rc=skipped (no .gpu-carry/engine: run scripts/gpu-prepare-carry first)" | tee -a "$STEPS"
 fi
-rm -f "$RES/attention.jsonl" "$RES/e2e.jsonl" "$RES/sdpa.jsonl" "$RES/model.jsonl"
+rm -f "$RES/attention.jsonl" "$RES/e2e.jsonl" "$RES/e2e_tc.jsonl" "$RES/sdpa.jsonl" "$RES/model.jsonl"
 step attention_bench 150 "$BIN/cuda_attention_bench" --out "$RES/attention.jsonl" --max-seconds 110
 step e2e_bench 120 "$BIN/cuda_e2e_decode_bench" --out "$RES/e2e.jsonl" --contexts 8192,32768 \
   --batches 1,16 --budget 2048 --steps 20
+step e2e_bench_tc 120 env TINYSERVE_CUDA_ATTEND=tensor "$BIN/cuda_e2e_decode_bench" \
+  --out "$RES/e2e_tc.jsonl" --contexts 8192,32768 --batches 1,16 --budget 2048 --steps 20
 step model_bench 120 "$BIN/cuda_model_decode_bench" --out "$RES/model.jsonl" --context 8000 \
   --batches 1,8 --steps 32
 step sdpa_bench 120 python3 scripts/gpu_sdpa_bench.py --out "$RES/sdpa.jsonl" --max-seconds 80
@@ -109,6 +111,7 @@ def load(name):
     return out
 att, e2e, sdpa = load("attention.jsonl"), load("e2e.jsonl"), load("sdpa.jsonl")
 model = load("model.jsonl")
+e2e_tc = load("e2e_tc.jsonl")
 print("\n================ TinyServe GPU check summary ================")
 print(open(os.path.join(res, "steps.txt")).read().strip().replace("\n", " | "))
 ct = os.path.join(res, "ctest.log")
@@ -128,36 +131,40 @@ for name in sorted(os.listdir(res)):
 copy = [r for r in att if r.get("kind") == "copy_bw"]
 cbw = copy[0]["GBps"] if copy else None
 print("copy bandwidth (D2D, read+write): %s GB/s" % (("%.0f" % cbw) if cbw else "n/a"))
-dense = {(r["geom"], r["batch"], r["context"]): r for r in att if r.get("variant") == "dense"}
-quest = {(r["geom"], r["batch"], r["context"], r["budget"]): r for r in att if r.get("variant") == "quest"}
+def by_variant(v):
+    return {(r["geom"], r["batch"], r["context"], r["budget"]): r for r in att if r.get("variant") == v}
+dense, quest, dense_tc, quest_tc = (by_variant(v) for v in ("dense", "quest", "dense_tc", "quest_tc"))
 best = {(r["geom"], r["batch"], r["context"]): r for r in sdpa if r.get("kind") == "sdpa_best"}
-print("%-8s %5s %6s %6s | %9s %9s %9s | %7s %7s | %6s %6s" % (
-    "geom", "batch", "ctx", "budget", "quest_us", "dense_us", "sdpa_us", "q/d_x", "d/sdpa",
-    "dBW%", "qBW%"))
+print("attention, us (cc = CUDA-core attend kernel, tc = tensor-core attend kernel):")
+print("%-8s %5s %6s %6s | %8s %8s %8s %8s %8s | %6s %6s | %6s %6s | %5s %5s %5s" % (
+    "geom", "batch", "ctx", "budget", "quest_cc", "dense_cc", "quest_tc", "dense_tc", "sdpa",
+    "q/d_cc", "q/d_tc", "cc/sdp", "tc/sdp", "ccBW%", "tcBW%", "qtBW%"))
 for geom in ("smollm2", "7b"):
-    for ctx, bud in ((32768, 2048), (131072, 2048), (8192, 1024)):
+    for ctx, bud in ((32768, 2048), (131072, 2048)):
         for b in (1, 16, 64):
-            d = dense.get((geom, b, ctx)); q = quest.get((geom, b, ctx, bud)); s = best.get((geom, b, ctx))
-            if not d and not q:
+            d = dense.get((geom, b, ctx, 0)); q = quest.get((geom, b, ctx, bud))
+            dt = dense_tc.get((geom, b, ctx, 0)); qt = quest_tc.get((geom, b, ctx, bud))
+            s = best.get((geom, b, ctx))
+            if not d and not dt:
                 continue
-            f = lambda r, k: ("%.1f" % r[k]) if r and k in r else "-"
-            sp = ("%.2f" % (d["us"] / q["us"])) if d and q else "-"
-            ds = ("%.2f" % (d["us"] / s["us"])) if d and s else "-"
-            dbw = ("%.0f" % (100 * d["GBps"] / cbw)) if d and cbw else "-"
-            qbw = ("%.0f" % (100 * q["GBps"] / cbw)) if q and cbw else "-"
-            print("%-8s %5d %6d %6d | %9s %9s %9s | %7s %7s | %6s %6s" % (
-                geom, b, ctx, bud, f(q, "us"), f(d, "us"), f(s, "us"), sp, ds, dbw, qbw))
-print("(q/d_x = dense_us / quest_us; d/sdpa = dense_us / sdpa_us (<1: ours faster); BW% = achieved "
-      "bytes-read bandwidth / copy bandwidth; quest bytes include the boxes)")
-for ctx in (8192, 32768):
-    for b in (1, 16):
-        rd = [r for r in e2e if r["context"] == ctx and r["batch"] == b and r["mode"] == "dense"]
-        rq = [r for r in e2e if r["context"] == ctx and r["batch"] == b and r["mode"] == "quest"]
-        if rd or rq:
-            td = rd[0]["tok_per_s"] if rd else float("nan")
-            tq = rq[0]["tok_per_s"] if rq else float("nan")
-            print("e2e tinyllama ctx %6d batch %2d: dense %8.1f tok/s  quest(2048) %8.1f tok/s  x%.2f"
-                  % (ctx, b, td, tq, tq / td if rd and rq else float("nan")))
+            us = lambda r: ("%.1f" % r["us"]) if r else "-"
+            ratio = lambda x, y: ("%.2f" % (x["us"] / y["us"])) if x and y else "-"
+            bw = lambda r: ("%.0f" % (100 * r["GBps"] / cbw)) if r and cbw else "-"
+            print("%-8s %5d %6d %6d | %8s %8s %8s %8s %8s | %6s %6s | %6s %6s | %5s %5s %5s" % (
+                geom, b, ctx, bud, us(q), us(d), us(qt), us(dt), us(s), ratio(d, q), ratio(dt, qt),
+                ratio(d, s), ratio(dt, s), bw(d), bw(dt), bw(qt)))
+print("(q/d = dense_us / quest_us of one kernel; cc/sdp, tc/sdp = dense_us / sdpa_us (<1: ours "
+      "faster); BW% = achieved bytes-read bandwidth / copy bandwidth; quest bytes include the boxes)")
+for tag, rows in (("cc", e2e), ("tc", e2e_tc)):
+    for ctx in (8192, 32768):
+        for b in (1, 16):
+            rd = [r for r in rows if r["context"] == ctx and r["batch"] == b and r["mode"] == "dense"]
+            rq = [r for r in rows if r["context"] == ctx and r["batch"] == b and r["mode"] == "quest"]
+            if rd or rq:
+                td = rd[0]["tok_per_s"] if rd else float("nan")
+                tq = rq[0]["tok_per_s"] if rq else float("nan")
+                print("e2e tinyllama %s ctx %6d batch %2d: dense %8.1f tok/s  quest(2048) %8.1f tok/s"
+                      "  x%.2f" % (tag, ctx, b, td, tq, tq / td if rd and rq else float("nan")))
 for r in model:
     print("DeviceModel smollm2-shape ctx %5d batch %2d %-12s %8.1f tok/s  pages %5.1f%%  tier hit %s"
           "  moved %s KB/step" % (r["context"], r["batch"], r["mode"], r["tok_per_s"],

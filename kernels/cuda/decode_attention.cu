@@ -4,6 +4,8 @@
 // sequence's last page, the only one that can be partial.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/decode_attention.cuh"
 #include "kernels/cuda/decode_internal.cuh"
@@ -42,25 +44,6 @@ struct AttendTile {
                 "the final cross-row-group reduction reuses the K/V stage buffers");
 };
 
-struct AttendArgs {
-  const void* q;                // [batch][H_q][d], rows q_stride apart
-  int64_t q_stride;
-  const void* k_cache;          // [num_pages][H_kv][P][d]
-  const void* v_cache;          // [num_pages][H_kv][P][d]
-  PagedKvLayout layout;
-  int group;                    // H_q / H_kv
-  const int32_t* seq_lens;      // [batch]
-  const int32_t* page_indptr;   // [batch + 1] (dense lists)
-  const int32_t* page_indices;  // [total]     (dense lists)
-  const int32_t* sel_pages;     // [batch][H_kv][budget] (quest lists) or null for dense
-  const int32_t* sel_count;     // [batch][H_kv]
-  int budget;
-  int splits;
-  float scale_log2;             // sm_scale * log2(e): scores live in log2 units
-  float* partial_o;             // [batch][H_q][splits][d]
-  float* partial_ml;            // [batch][H_q][splits][2]
-};
-
 // One CTA per (split, kv head, sequence): online softmax over its share of the page list for all
 // the group's query heads at once, so each K/V tile is loaded once for the group.
 // Thread (rg, c): c = lane within a row, rg = row group; it owns the 16-byte columns c + v*kChunks
@@ -84,23 +67,10 @@ __global__ void __launch_bounds__(AttendTile<T, kD, kG>::kThreads, AttendTile<T,
   const int warp = tid / 32, lane = tid % 32;
   const int G = a.group, hkv = a.layout.num_kv_heads, hq = hkv * G;
   const int P = a.layout.page_size, log2p = Log2Pow2(P);
-  const int len = a.seq_lens[b];
-  const int n = (len + P - 1) >> log2p;
-  const int last_valid = len - (n - 1) * P;  // valid slots of the last page
-  const int32_t* list;
-  int count;
-  if (a.sel_pages != nullptr) {
-    const int64_t slot = static_cast<int64_t>(b) * hkv + g;
-    list = a.sel_pages + slot * a.budget;
-    count = a.sel_count[slot];
-  } else {
-    list = a.page_indices + a.page_indptr[b];
-    count = n;
-  }
-  const int ppt = Tile::kTileTokens >> log2p;                   // pages per tile
-  int per_split = (count + a.splits - 1) / a.splits;
-  per_split = (per_split + ppt - 1) / ppt * ppt;
-  const int p0 = split * per_split, p1 = min(count, p0 + per_split);
+  const int ppt = Tile::kTileTokens >> log2p;  // pages per tile
+  const SplitShare sh = AttendShare(a, b, g, split, ppt);
+  const int32_t* list = sh.list;
+  const int count = sh.count, p0 = sh.p0, p1 = sh.p1, last_valid = sh.last_valid;
   const int ntiles = p0 < p1 ? (p1 - p0 + ppt - 1) / ppt : 0;
 
   // Row r of tile `it` is slot (r & (P-1)) of list entry p0 + it*ppt + (r >> log2p).
@@ -356,6 +326,9 @@ cudaError_t Validate(const DecodeAttentionParams& p, bool quest) {
              "DecodeAttention: q, caches and boxes must be 16-byte aligned");
   TS_REQUIRE(p.max_pages_per_seq > 0, "DecodeAttention: max_pages_per_seq must be > 0");
   TS_REQUIRE(p.num_splits >= 0 && p.num_splits <= 4096, "DecodeAttention: num_splits out of range");
+  TS_REQUIRE(static_cast<int>(p.attend_kernel) >= 0 &&
+                 p.attend_kernel <= AttendKernel::kTensorCores,
+             "DecodeAttention: unknown attend_kernel");
   if (quest) {
     TS_REQUIRE(p.kmin && p.kmax, "QuestDecodeAttention: kmin/kmax are required");
     TS_REQUIRE(p.n_sink >= 0 && p.budget_pages >= p.n_sink + 1,
@@ -370,8 +343,7 @@ cudaError_t Validate(const DecodeAttentionParams& p, bool quest) {
 }
 
 template <typename T, int kD, int kG>
-cudaError_t LaunchAttend(const AttendArgs& a, int batch, int num_q_heads, void* out,
-                         int64_t out_stride, cudaStream_t stream) {
+cudaError_t LaunchAttendSimt(const AttendArgs& a, int batch, cudaStream_t stream) {
   using Tile = AttendTile<T, kD, kG>;
   static_assert(Tile::kSmemBytes <= 227 * 1024, "shared memory budget");
   // Once per instantiation (and so outside any later graph capture): above 48 KB a kernel's
@@ -383,10 +355,17 @@ cudaError_t LaunchAttend(const AttendArgs& a, int batch, int num_q_heads, void* 
   const dim3 grid(a.splits, a.layout.num_kv_heads, batch);
   PagedAttendKernel<T, kD, kG><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
   TS_RETURN_LAUNCH_ERROR();
-  MergeSplitsKernel<T><<<dim3(num_q_heads, batch), kD, 0, stream>>>(
-      a.partial_o, a.partial_ml, a.splits, kD, static_cast<T*>(out), out_stride);
-  TS_RETURN_LAUNCH_ERROR();
   return cudaSuccess;
+}
+
+AttendKernel ResolveAttendKernel(AttendKernel k) {
+  if (k != AttendKernel::kAuto) return k;
+  static const AttendKernel from_env = [] {
+    const char* e = std::getenv("TINYSERVE_CUDA_ATTEND");
+    return e != nullptr && std::strcmp(e, "tensor") == 0 ? AttendKernel::kTensorCores
+                                                         : AttendKernel::kCudaCores;
+  }();
+  return from_env;
 }
 
 cudaError_t RunAttend(const DecodeAttentionParams& p, const DecodeWorkspace& ws, int splits,
@@ -409,11 +388,17 @@ cudaError_t RunAttend(const DecodeAttentionParams& p, const DecodeWorkspace& ws,
   a.scale_log2 = scale * 1.4426950408889634f;
   a.partial_o = ws.partial_o;
   a.partial_ml = ws.partial_ml;
+  const bool tensor = ResolveAttendKernel(p.attend_kernel) == AttendKernel::kTensorCores;
   return TS_DISPATCH_DTYPE16(p.dtype, T, [&] {
-    return TS_DISPATCH_HEAD_DIM(p.layout.head_dim, kD, [&] {
-      return a.group <= 4
-                 ? LaunchAttend<T, kD, 4>(a, p.batch, p.num_q_heads, p.out, p.out_stride, stream)
-                 : LaunchAttend<T, kD, 8>(a, p.batch, p.num_q_heads, p.out, p.out_stride, stream);
+    return TS_DISPATCH_HEAD_DIM(p.layout.head_dim, kD, [&]() -> cudaError_t {
+      const cudaError_t e = tensor         ? LaunchAttendMma<T, kD>(a, p.batch, stream)
+                            : a.group <= 4 ? LaunchAttendSimt<T, kD, 4>(a, p.batch, stream)
+                                           : LaunchAttendSimt<T, kD, 8>(a, p.batch, stream);
+      if (e != cudaSuccess) return e;
+      MergeSplitsKernel<T><<<dim3(p.num_q_heads, p.batch), kD, 0, stream>>>(
+          a.partial_o, a.partial_ml, a.splits, kD, static_cast<T*>(p.out), p.out_stride);
+      TS_RETURN_LAUNCH_ERROR();
+      return cudaSuccess;
     });
   });
 }
@@ -445,6 +430,14 @@ DecodeWorkspace CarveWorkspace(const DecodeAttentionParams& p, int splits, bool 
 }
 
 }  // namespace internal
+
+const char* AttendKernelName(AttendKernel k) {
+  switch (k) {
+    case AttendKernel::kCudaCores: return "cuda_cores";
+    case AttendKernel::kTensorCores: return "tensor_cores";
+    default: return "auto";
+  }
+}
 
 int ChooseNumSplits(const DecodeAttentionParams& p, int max_list_pages) {
   const int ctas = std::max(1, p.batch * p.layout.num_kv_heads);

@@ -36,6 +36,14 @@ namespace tinyserve::cuda {
 
 enum class GqaAggregation : int { kKvMax = 0, kKvSum = 1 };
 
+// Which attend kernel reads the K/V tiles (selection and merge are shared). kCudaCores: fp32
+// dot products on the CUDA cores (measured on an H200, docs/PERFORMANCE.md). kTensorCores:
+// mma.sync m16n8k16 with the group's query heads as the M rows and P rounded to the cache dtype
+// for PV (decode_attend_mma.cu; not yet measured on a GPU). kAuto reads TINYSERVE_CUDA_ATTEND
+// ("tensor" or "cuda") once per process and defaults to kCudaCores.
+enum class AttendKernel : int { kAuto = 0, kCudaCores = 1, kTensorCores = 2 };
+const char* AttendKernelName(AttendKernel k);
+
 // Largest GQA group (query heads per KV head) the decode kernels take.
 inline constexpr int kMaxGqaGroup = 8;
 
@@ -58,6 +66,7 @@ struct DecodeAttentionParams {
   int max_pages_per_seq = 0;  // host bound on ceil(L/P) over the batch (sizes grid, workspace)
   float sm_scale = 0.f;       // softmax scale; 0 means 1/sqrt(d)
   int num_splits = 0;         // split-K CTAs per (seq, kv head); 0 = chosen from the shapes
+  AttendKernel attend_kernel = AttendKernel::kAuto;
   // Quest only.
   int budget_pages = 0;       // K = budget_tokens / P; >= n_sink + 1
   int n_sink = 0;             // first pages always kept

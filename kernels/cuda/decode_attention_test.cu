@@ -123,6 +123,17 @@ struct Batch {
     return testing::Download(out.get(), shape.dtype, shape.lens.size() * shape.hq * shape.head_dim);
   }
 
+  // Dense attention with the given kernel and split count (0 = chosen), downloaded.
+  std::vector<float> Dense(AttendKernel ak, int splits) {
+    DecodeAttentionParams p = Params();
+    p.num_splits = splits;
+    p.attend_kernel = ak;
+    Prepare(p, false);
+    EXPECT_EQ(DenseDecodeAttention(p, nullptr), cudaSuccess) << LastLaunchError();
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    return Output();
+  }
+
   // CPU attention; pages[b][g] lists logical pages (empty = dense).
   std::vector<float> Reference(const std::vector<std::vector<std::vector<int>>>& pages) {
     const int d = shape.head_dim, G = shape.hq / shape.hkv;
@@ -150,6 +161,10 @@ std::vector<Shape> Shapes() {
   return v;
 }
 
+// Every attention test runs both attend kernels; each must match the CPU on its own, and the
+// bit-identity checks (quest vs dense, page lists vs dense) hold within one kernel.
+constexpr AttendKernel kKernels[] = {AttendKernel::kCudaCores, AttendKernel::kTensorCores};
+
 class DecodeAttentionTest : public testing::CudaTest {};
 
 TEST_F(DecodeAttentionTest, DenseMatchesReference) {
@@ -157,15 +172,11 @@ TEST_F(DecodeAttentionTest, DenseMatchesReference) {
   for (const Shape& s : Shapes()) {
     Batch batch(s, rng);
     const auto want = batch.Reference({});
-    for (int splits : {0, 1, 5}) {
-      DecodeAttentionParams p = batch.Params();
-      p.num_splits = splits;
-      batch.Prepare(p, false);
-      ASSERT_EQ(DenseDecodeAttention(p, nullptr), cudaSuccess) << LastLaunchError();
-      TS_CUDA_CHECK(cudaDeviceSynchronize());
-      EXPECT_TRUE(AllClose(Describe(s) + " dense splits=" + std::to_string(splits),
-                           batch.Output(), want, Tol(s.dtype), Tol(s.dtype)));
-    }
+    for (AttendKernel ak : kKernels)
+      for (int splits : {0, 1, 5})
+        EXPECT_TRUE(AllClose(Describe(s) + " dense " + AttendKernelName(ak) +
+                                 " splits=" + std::to_string(splits),
+                             batch.Dense(ak, splits), want, Tol(s.dtype), Tol(s.dtype)));
   }
 }
 
@@ -186,90 +197,89 @@ TEST_F(DecodeAttentionTest, QuestSelectionAndAttention) {
   for (const Shape& s : Shapes()) {
     Batch batch(s, rng);
     const int B = static_cast<int>(s.lens.size()), G = s.hq / s.hkv, d = s.head_dim;
-    for (const Budget& bu : budgets) {
-      const std::string cfg = Describe(s) + " budget=" + std::to_string(bu.pages) + " sinks=" +
-                              std::to_string(bu.sinks) + " agg=" +
-                              (bu.agg == GqaAggregation::kKvMax ? "max" : "sum") +
-                              " score_splits=" + std::to_string(bu.score_splits);
-      DecodeAttentionParams p = batch.Params();
-      p.budget_pages = bu.pages;
-      p.n_sink = bu.sinks;
-      p.aggregation = bu.agg;
-      p.score_splits = bu.score_splits;
-      p.num_splits = 3;
-      DeviceBuffer sel(size_t(B) * s.hkv * bu.pages * 4), cnt(size_t(B) * s.hkv * 4),
-          scores(size_t(B) * s.hkv * batch.max_pages * 4);
-      sel.Poison();
-      cnt.Poison();
-      scores.Poison();
-      p.selected_pages = sel.get<int32_t>();
-      p.selected_count = cnt.get<int32_t>();
-      p.page_scores = scores.get<float>();
-      batch.Prepare(p, true);
-      ASSERT_EQ(QuestDecodeAttention(p, nullptr), cudaSuccess) << cfg << ": " << LastLaunchError();
-      TS_CUDA_CHECK(cudaDeviceSynchronize());
-      const auto got = batch.Output();
-      const auto gsel = testing::DownloadInts<int32_t>(sel.get(), sel.bytes() / 4);
-      const auto gcnt = testing::DownloadInts<int32_t>(cnt.get(), cnt.bytes() / 4);
-      const auto gsc = testing::Download(scores.get(), DType::kF32, scores.bytes() / 4);
+    for (const Budget& bu : budgets)
+      for (AttendKernel ak : kKernels) {
+        const std::string cfg = Describe(s) + " budget=" + std::to_string(bu.pages) + " sinks=" +
+                                std::to_string(bu.sinks) + " agg=" +
+                                (bu.agg == GqaAggregation::kKvMax ? "max" : "sum") +
+                                " score_splits=" + std::to_string(bu.score_splits) + " " +
+                                AttendKernelName(ak);
+        DecodeAttentionParams p = batch.Params();
+        p.attend_kernel = ak;
+        p.budget_pages = bu.pages;
+        p.n_sink = bu.sinks;
+        p.aggregation = bu.agg;
+        p.score_splits = bu.score_splits;
+        p.num_splits = 3;
+        DeviceBuffer sel(size_t(B) * s.hkv * bu.pages * 4), cnt(size_t(B) * s.hkv * 4),
+            scores(size_t(B) * s.hkv * batch.max_pages * 4);
+        sel.Poison();
+        cnt.Poison();
+        scores.Poison();
+        p.selected_pages = sel.get<int32_t>();
+        p.selected_count = cnt.get<int32_t>();
+        p.page_scores = scores.get<float>();
+        batch.Prepare(p, true);
+        ASSERT_EQ(QuestDecodeAttention(p, nullptr), cudaSuccess)
+            << cfg << ": " << LastLaunchError();
+        TS_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = batch.Output();
+        const auto gsel = testing::DownloadInts<int32_t>(sel.get(), sel.bytes() / 4);
+        const auto gcnt = testing::DownloadInts<int32_t>(cnt.get(), cnt.bytes() / 4);
+        const auto gsc = testing::Download(scores.get(), DType::kF32, scores.bytes() / 4);
 
-      std::vector<std::vector<std::vector<int>>> used(B, std::vector<std::vector<int>>(s.hkv));
-      for (int b = 0; b < B; ++b) {
-        const int L = s.lens[b], n = (L + s.page - 1) / s.page;
-        for (int g = 0; g < s.hkv; ++g) {
-          const size_t slot = size_t(b) * s.hkv + g;
-          const std::string where = cfg + " b=" + std::to_string(b) + " g=" + std::to_string(g);
-          ASSERT_EQ(gcnt[slot], std::min(n, bu.pages)) << where;
-          std::vector<int> mine(gsel.begin() + slot * bu.pages,
-                                gsel.begin() + slot * bu.pages + gcnt[slot]);
-          used[b][g] = mine;
-          const float* qb = batch.q.data() + size_t(b) * s.hq * d;
-          std::vector<double> cpu(n, 0.0), gpu(n, 0.0);
-          for (int j = bu.sinks; j < n - 1 && n > bu.pages; ++j) {
-            cpu[j] = ref::PageScore(batch.kv, batch.tables[b], j, g, qb, G,
-                                    bu.agg == GqaAggregation::kKvSum);
-            gpu[j] = gsc[slot * batch.max_pages + j];
-            const double tol = 1e-4 * (1.0 + std::fabs(cpu[j]));
-            ASSERT_NEAR(gpu[j], cpu[j], tol) << where << " page " << j;
-            // Upper bound: every valid key of the page, every head of the group.
-            if (bu.agg == GqaAggregation::kKvMax) {
-              for (int slot_i = 0; slot_i < s.page && j * s.page + slot_i < L; ++slot_i)
-                for (int h = g * G; h < (g + 1) * G; ++h) {
-                  double dot = 0;
-                  const size_t off = batch.kv.Kv(batch.tables[b][j], g, slot_i);
-                  for (int e = 0; e < d; ++e) dot += double(qb[h * d + e]) * batch.kv.k[off + e];
-                  ASSERT_GE(gpu[j] + tol, dot) << where << " page " << j << " slot " << slot_i;
-                }
+        std::vector<std::vector<std::vector<int>>> used(B, std::vector<std::vector<int>>(s.hkv));
+        for (int b = 0; b < B; ++b) {
+          const int L = s.lens[b], n = (L + s.page - 1) / s.page;
+          for (int g = 0; g < s.hkv; ++g) {
+            const size_t slot = size_t(b) * s.hkv + g;
+            const std::string where = cfg + " b=" + std::to_string(b) + " g=" + std::to_string(g);
+            ASSERT_EQ(gcnt[slot], std::min(n, bu.pages)) << where;
+            std::vector<int> mine(gsel.begin() + slot * bu.pages,
+                                  gsel.begin() + slot * bu.pages + gcnt[slot]);
+            used[b][g] = mine;
+            const float* qb = batch.q.data() + size_t(b) * s.hq * d;
+            std::vector<double> cpu(n, 0.0), gpu(n, 0.0);
+            for (int j = bu.sinks; j < n - 1 && n > bu.pages; ++j) {
+              cpu[j] = ref::PageScore(batch.kv, batch.tables[b], j, g, qb, G,
+                                      bu.agg == GqaAggregation::kKvSum);
+              gpu[j] = gsc[slot * batch.max_pages + j];
+              const double tol = 1e-4 * (1.0 + std::fabs(cpu[j]));
+              ASSERT_NEAR(gpu[j], cpu[j], tol) << where << " page " << j;
+              // Upper bound: every valid key of the page, every head of the group.
+              if (bu.agg == GqaAggregation::kKvMax) {
+                for (int slot_i = 0; slot_i < s.page && j * s.page + slot_i < L; ++slot_i)
+                  for (int h = g * G; h < (g + 1) * G; ++h) {
+                    double dot = 0;
+                    const size_t off = batch.kv.Kv(batch.tables[b][j], g, slot_i);
+                    for (int e = 0; e < d; ++e) dot += double(qb[h * d + e]) * batch.kv.k[off + e];
+                    ASSERT_GE(gpu[j] + tol, dot) << where << " page " << j << " slot " << slot_i;
+                  }
+              }
+            }
+            // Exact rule on the GPU's own scores.
+            EXPECT_EQ(ref::SelectPages(gpu, n, bu.pages, bu.sinks), mine) << where;
+            // CPU rule on CPU scores: equal sets, or differences only at fp32 near-ties.
+            const auto want = ref::SelectPages(cpu, n, bu.pages, bu.sinks);
+            if (want != mine) {
+              std::vector<int> diff;
+              std::set_symmetric_difference(want.begin(), want.end(), mine.begin(), mine.end(),
+                                            std::back_inserter(diff));
+              double kth = 1e300;
+              for (int j : want)
+                if (j >= bu.sinks && j < n - 1) kth = std::min(kth, cpu[j]);
+              for (int j : diff)
+                EXPECT_NEAR(cpu[j], kth, 1e-4 * (1.0 + std::fabs(kth))) << where << " page " << j;
             }
           }
-          // Exact rule on the GPU's own scores.
-          EXPECT_EQ(ref::SelectPages(gpu, n, bu.pages, bu.sinks), mine) << where;
-          // CPU rule on CPU scores: equal sets, or differences only at fp32 near-ties.
-          const auto want = ref::SelectPages(cpu, n, bu.pages, bu.sinks);
-          if (want != mine) {
-            std::vector<int> diff;
-            std::set_symmetric_difference(want.begin(), want.end(), mine.begin(), mine.end(),
-                                          std::back_inserter(diff));
-            double kth = 1e300;
-            for (int j : want)
-              if (j >= bu.sinks && j < n - 1) kth = std::min(kth, cpu[j]);
-            for (int j : diff)
-              EXPECT_NEAR(cpu[j], kth, 1e-4 * (1.0 + std::fabs(kth))) << where << " page " << j;
-          }
+        }
+        EXPECT_TRUE(AllClose(cfg, got, batch.Reference(used), Tol(s.dtype), Tol(s.dtype)));
+        if (bu.pages >= batch.max_pages) {  // dense equivalence, bit for bit at equal splits
+          const auto dense = batch.Dense(ak, p.num_splits);
+          EXPECT_EQ(0, std::memcmp(dense.data(), got.data(), got.size() * sizeof(float)))
+              << cfg << ": quest with budget >= context differs from dense";
         }
       }
-      EXPECT_TRUE(AllClose(cfg, got, batch.Reference(used), Tol(s.dtype), Tol(s.dtype)));
-      if (bu.pages >= batch.max_pages) {  // dense equivalence, bit for bit at equal splits
-        DecodeAttentionParams dp = batch.Params();
-        dp.num_splits = p.num_splits;
-        batch.Prepare(dp, false);
-        ASSERT_EQ(DenseDecodeAttention(dp, nullptr), cudaSuccess) << LastLaunchError();
-        TS_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto dense = batch.Output();
-        EXPECT_EQ(0, std::memcmp(dense.data(), got.data(), got.size() * sizeof(float)))
-            << cfg << ": quest with budget >= context differs from dense";
-      }
-    }
   }
 }
 
@@ -281,53 +291,52 @@ TEST_F(DecodeAttentionTest, AttendPageListsMatchesReference) {
   for (const Shape& s : Shapes()) {
     Batch batch(s, rng);
     const int B = static_cast<int>(s.lens.size());
-    for (int budget : {3, 11, batch.max_pages}) {
-      std::vector<int32_t> lists(size_t(B) * s.hkv * budget, -1), counts(size_t(B) * s.hkv);
-      std::vector<std::vector<std::vector<int>>> used(B, std::vector<std::vector<int>>(s.hkv));
-      for (int b = 0; b < B; ++b) {
-        const int n = (s.lens[b] + s.page - 1) / s.page;
-        for (int g = 0; g < s.hkv; ++g) {
-          std::vector<int> pick;
-          if (budget >= n) {
-            for (int j = 0; j < n; ++j) pick.push_back(j);
-          } else {
-            std::vector<int> cand(n - 1);
-            std::iota(cand.begin(), cand.end(), 0);
-            std::shuffle(cand.begin(), cand.end(), rng);
-            pick.assign(cand.begin(), cand.begin() + (budget - 1));
-            pick.push_back(n - 1);
-            std::sort(pick.begin(), pick.end());
+    for (int budget : {3, 11, batch.max_pages})
+      for (AttendKernel ak : kKernels) {
+        std::vector<int32_t> lists(size_t(B) * s.hkv * budget, -1), counts(size_t(B) * s.hkv);
+        std::vector<std::vector<std::vector<int>>> used(B, std::vector<std::vector<int>>(s.hkv));
+        for (int b = 0; b < B; ++b) {
+          const int n = (s.lens[b] + s.page - 1) / s.page;
+          for (int g = 0; g < s.hkv; ++g) {
+            std::vector<int> pick;
+            if (budget >= n) {
+              for (int j = 0; j < n; ++j) pick.push_back(j);
+            } else {
+              std::vector<int> cand(n - 1);
+              std::iota(cand.begin(), cand.end(), 0);
+              std::shuffle(cand.begin(), cand.end(), rng);
+              pick.assign(cand.begin(), cand.begin() + (budget - 1));
+              pick.push_back(n - 1);
+              std::sort(pick.begin(), pick.end());
+            }
+            const size_t row = size_t(b) * s.hkv + g;
+            counts[row] = static_cast<int32_t>(pick.size());
+            for (size_t i = 0; i < pick.size(); ++i)
+              lists[row * budget + i] = batch.tables[b][pick[i]];
+            used[b][g] = pick;
           }
-          const size_t row = size_t(b) * s.hkv + g;
-          counts[row] = static_cast<int32_t>(pick.size());
-          for (size_t i = 0; i < pick.size(); ++i)
-            lists[row * budget + i] = batch.tables[b][pick[i]];
-          used[b][g] = pick;
+        }
+        DeviceBuffer dl, dc;
+        testing::UploadInts(dl, lists);
+        testing::UploadInts(dc, counts);
+        DecodeAttentionParams p = batch.Params();
+        p.budget_pages = budget;
+        p.num_splits = budget == batch.max_pages ? 0 : 2;
+        p.attend_kernel = ak;
+        batch.Prepare(p, true);
+        const std::string cfg =
+            Describe(s) + " lists budget=" + std::to_string(budget) + " " + AttendKernelName(ak);
+        ASSERT_EQ(AttendPageLists(p, dl.get<int32_t>(), dc.get<int32_t>(), nullptr), cudaSuccess)
+            << cfg << ": " << LastLaunchError();
+        TS_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = batch.Output();
+        EXPECT_TRUE(AllClose(cfg, got, batch.Reference(used), Tol(s.dtype), Tol(s.dtype)));
+        if (budget == batch.max_pages) {
+          const auto dense = batch.Dense(ak, 0);
+          EXPECT_EQ(0, std::memcmp(dense.data(), got.data(), got.size() * sizeof(float)))
+              << cfg << ": every page listed differs from dense";
         }
       }
-      DeviceBuffer dl, dc;
-      testing::UploadInts(dl, lists);
-      testing::UploadInts(dc, counts);
-      DecodeAttentionParams p = batch.Params();
-      p.budget_pages = budget;
-      p.num_splits = budget == batch.max_pages ? 0 : 2;
-      batch.Prepare(p, true);
-      const std::string cfg = Describe(s) + " lists budget=" + std::to_string(budget);
-      ASSERT_EQ(AttendPageLists(p, dl.get<int32_t>(), dc.get<int32_t>(), nullptr), cudaSuccess)
-          << cfg << ": " << LastLaunchError();
-      TS_CUDA_CHECK(cudaDeviceSynchronize());
-      const auto got = batch.Output();
-      EXPECT_TRUE(AllClose(cfg, got, batch.Reference(used), Tol(s.dtype), Tol(s.dtype)));
-      if (budget == batch.max_pages) {
-        DecodeAttentionParams dp = batch.Params();
-        batch.Prepare(dp, false);
-        ASSERT_EQ(DenseDecodeAttention(dp, nullptr), cudaSuccess) << LastLaunchError();
-        TS_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto dense = batch.Output();
-        EXPECT_EQ(0, std::memcmp(dense.data(), got.data(), got.size() * sizeof(float)))
-            << cfg << ": every page listed differs from dense";
-      }
-    }
   }
 }
 

@@ -1,5 +1,6 @@
 // Decode attention microbenchmark (sparse-attention.md §7.2 item 2): device copy bandwidth, then
-// dense vs Quest (select + attend, and select alone) over contexts, batches and budgets for the
+// dense vs Quest (select + attend, and select alone), each with the CUDA-core and the tensor-core
+// attend kernel, over contexts, batches and budgets for the
 // SmolLM2 (9/3/64) and 7B-like (32/8/128) geometries, page 16, f16. Synthetic K/V; every
 // configuration rotates over enough copies of its cache (own pages, own tables, own queries) to
 // exceed the L2 several times. Writes JSON lines to --out.
@@ -133,34 +134,41 @@ void RunConfig(JsonLines& out, const Geometry& g, int batch, int context,
   const double kv_token_bytes = 2.0 * g.hkv * g.d * sizeof(T);  // K and V of one token, all heads
   const double dense_bytes = double(batch) * len * kv_token_bytes;
   const int dense_splits = ChooseNumSplits(base, n);
-  const double dense_ms = MedianMs(nullptr, 3, reps, [&](int i) {
-    TS_CUDA_CHECK(DenseDecodeAttention(for_set(base, i), nullptr));
-  });
-  out.Write("{\"kind\":\"decode_attn\",\"geom\":\"%s\",\"hq\":%d,\"hkv\":%d,\"d\":%d,\"batch\":%d,"
-            "\"context\":%d,\"variant\":\"dense\",\"budget\":0,\"us\":%.2f,\"bytes\":%.0f,"
-            "\"GBps\":%.1f,\"splits\":%d,\"sets\":%d}",
-            g.name, g.hq, g.hkv, g.d, batch, context, dense_ms * 1e3, dense_bytes,
-            dense_bytes / (dense_ms * 1e-3) / 1e9, dense_splits, sets);
-  for (int bt : budgets) {
-    DecodeAttentionParams p = base;
-    p.budget_pages = bt / kPage;
-    if (p.budget_pages >= n) continue;  // the budget covers the context: that is the dense path
-    const double total_ms = MedianMs(nullptr, 3, reps, [&](int i) {
-      TS_CUDA_CHECK(QuestDecodeAttention(for_set(p, i), nullptr));
+  // Both attend kernels: "dense"/"quest" on the CUDA cores (the names of earlier runs),
+  // "dense_tc"/"quest_tc" on the tensor cores (quest_tc at the 2048 budget of the targets only).
+  for (AttendKernel ak : {AttendKernel::kCudaCores, AttendKernel::kTensorCores}) {
+    const bool tc = ak == AttendKernel::kTensorCores;
+    base.attend_kernel = ak;
+    const double dense_ms = MedianMs(nullptr, 3, reps, [&](int i) {
+      TS_CUDA_CHECK(DenseDecodeAttention(for_set(base, i), nullptr));
     });
-    const double select_ms = MedianMs(nullptr, 3, reps, [&](int i) {
-      TS_CUDA_CHECK(QuestSelectOnly(for_set(p, i), nullptr));
-    });
-    const double sel_tokens = std::min(len, p.budget_pages * kPage);
-    const double bytes = double(batch) * (sel_tokens * kv_token_bytes +
-                                          double(n - 1) * 2.0 * g.hkv * g.d * sizeof(T));
     out.Write("{\"kind\":\"decode_attn\",\"geom\":\"%s\",\"hq\":%d,\"hkv\":%d,\"d\":%d,"
-              "\"batch\":%d,\"context\":%d,\"variant\":\"quest\",\"budget\":%d,\"us\":%.2f,"
-              "\"select_us\":%.2f,\"bytes\":%.0f,\"GBps\":%.1f,\"splits\":%d,"
-              "\"score_splits\":%d,\"speedup_vs_dense\":%.3f,\"sets\":%d}",
-              g.name, g.hq, g.hkv, g.d, batch, context, bt, total_ms * 1e3, select_ms * 1e3,
-              bytes, bytes / (total_ms * 1e-3) / 1e9, ChooseNumSplits(p, p.budget_pages),
-              p.score_splits, dense_ms / total_ms, sets);
+              "\"batch\":%d,\"context\":%d,\"variant\":\"%s\",\"budget\":0,\"us\":%.2f,"
+              "\"bytes\":%.0f,\"GBps\":%.1f,\"splits\":%d,\"sets\":%d}",
+              g.name, g.hq, g.hkv, g.d, batch, context, tc ? "dense_tc" : "dense", dense_ms * 1e3,
+              dense_bytes, dense_bytes / (dense_ms * 1e-3) / 1e9, dense_splits, sets);
+    for (int bt : budgets) {
+      DecodeAttentionParams p = base;
+      p.budget_pages = bt / kPage;
+      if (p.budget_pages >= n) continue;  // the budget covers the context: the dense path
+      if (tc && bt != 2048) continue;
+      const double total_ms = MedianMs(nullptr, 3, reps, [&](int i) {
+        TS_CUDA_CHECK(QuestDecodeAttention(for_set(p, i), nullptr));
+      });
+      const double select_ms = MedianMs(nullptr, 3, reps, [&](int i) {
+        TS_CUDA_CHECK(QuestSelectOnly(for_set(p, i), nullptr));
+      });
+      const double sel_tokens = std::min(len, p.budget_pages * kPage);
+      const double bytes = double(batch) * (sel_tokens * kv_token_bytes +
+                                            double(n - 1) * 2.0 * g.hkv * g.d * sizeof(T));
+      out.Write("{\"kind\":\"decode_attn\",\"geom\":\"%s\",\"hq\":%d,\"hkv\":%d,\"d\":%d,"
+                "\"batch\":%d,\"context\":%d,\"variant\":\"%s\",\"budget\":%d,\"us\":%.2f,"
+                "\"select_us\":%.2f,\"bytes\":%.0f,\"GBps\":%.1f,\"splits\":%d,"
+                "\"score_splits\":%d,\"speedup_vs_dense\":%.3f,\"sets\":%d}",
+                g.name, g.hq, g.hkv, g.d, batch, context, tc ? "quest_tc" : "quest", bt,
+                total_ms * 1e3, select_ms * 1e3, bytes, bytes / (total_ms * 1e-3) / 1e9,
+                ChooseNumSplits(p, p.budget_pages), p.score_splits, dense_ms / total_ms, sets);
+    }
   }
   for (void* ptr : std::initializer_list<void*>{k, v, kmin, kmax, q, o, indptr, indices, lens, ws})
     TS_CUDA_CHECK(cudaFree(ptr));
