@@ -123,6 +123,7 @@ struct DeviceModel::Impl {
   DeviceStepStats stats;
 
   ~Impl() {
+    cudaSetDevice(c.device);  // the frees below act on the current device
     for (auto& [k, g] : graphs)
       if (g.exec) cudaGraphExecDestroy(g.exec);
     for (void* p : device_allocs) cudaFree(p);
@@ -231,7 +232,8 @@ bool DeviceModel::Impl::Init(std::string* error) {
     ok = Alloc(&L.attn_norm, D * elt, error) && Alloc(&L.wqkv, size_t(qkv_dim) * D * elt, error) &&
          Alloc(&L.wo, D * qdim * elt, error) && Alloc(&L.ffn_norm, D * elt, error) &&
          Alloc(&L.wgu, 2 * F * D * elt, error) && Alloc(&L.wdown, D * F * elt, error) &&
-         Alloc(&L.kmin, meta, error) && Alloc(&L.kmax, meta, error);
+         Alloc(&L.kmin, meta, error) && Alloc(&L.kmax, meta, error) &&
+         cudaMemset(L.kmin, 0, meta) == cudaSuccess && cudaMemset(L.kmax, 0, meta) == cudaSuccess;
     if (!ok) break;
     if (Tiered(l)) {
       void *hk, *hv;
@@ -310,7 +312,13 @@ bool DeviceModel::Impl::Init(std::string* error) {
     workspace_bytes = std::max({workspace_bytes, DecodeWorkspaceBytes(p, false),
                                 DecodeWorkspaceBytes(p, true)});
   }
-  return Alloc(&workspace, workspace_bytes, error);
+  if (!Alloc(&workspace, workspace_bytes, error)) return false;
+  // The memsets above ran on the legacy stream; Forward's stream is not ordered after it.
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    *error = CudaError("init", e);
+    return false;
+  }
+  return true;
 }
 
 DecodeAttentionParams DeviceModel::Impl::DecodeParams(int layer, const DecodeGroup& g) const {
@@ -371,11 +379,14 @@ cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const DecodeGroup& g,
     p.selected_pages = sel_pages_dev;
     *where = "QuestSelectOnly";
     if (cudaError_t e = QuestSelectOnly(p, stream); e != cudaSuccess) return e;
-    cudaMemcpyAsync(sel_pages_host, sel_pages_dev, n_lists * stride * 4, cudaMemcpyDeviceToHost,
-                    stream);
-    cudaMemcpyAsync(sel_count_host, p.selected_count, n_lists * 4, cudaMemcpyDeviceToHost, stream);
     *where = "tiered selection readback";
-    if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) return e;
+    cudaError_t e = cudaMemcpyAsync(sel_pages_host, sel_pages_dev, n_lists * stride * 4,
+                                    cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(sel_count_host, p.selected_count, n_lists * 4, cudaMemcpyDeviceToHost,
+                          stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) return e;
     std::copy(sel_pages_host, sel_pages_host + lists.size(), lists.begin());
     std::copy(sel_count_host, sel_count_host + n_lists, counts.begin());
   } else {
@@ -411,13 +422,23 @@ cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const DecodeGroup& g,
       pairs_host[2 * i] = copies[i].page;
       pairs_host[2 * i + 1] = copies[i].slot;
     }
-    cudaMemcpyAsync(pairs_dev, pairs_host, copies.size() * 8, cudaMemcpyHostToDevice, stream);
-    const int64_t page_vec = PageBytes() / 2 / 16;
-    CopyPagesKernel<<<dim3(static_cast<unsigned>(copies.size()), 2), 256, 0, stream>>>(
-        static_cast<const uint4*>(L.k), static_cast<const uint4*>(L.v),
-        static_cast<uint4*>(L.slot_k), static_cast<uint4*>(L.slot_v), pairs_dev, page_vec);
     *where = "CopyPagesKernel";
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    cudaError_t e =
+        cudaMemcpyAsync(pairs_dev, pairs_host, copies.size() * 8, cudaMemcpyHostToDevice, stream);
+    if (e == cudaSuccess) {
+      const int64_t page_vec = PageBytes() / 2 / 16;
+      CopyPagesKernel<<<dim3(static_cast<unsigned>(copies.size()), 2), 256, 0, stream>>>(
+          static_cast<const uint4*>(L.k), static_cast<const uint4*>(L.v),
+          static_cast<uint4*>(L.slot_k), static_cast<uint4*>(L.slot_v), pairs_dev, page_vec);
+      e = cudaGetLastError();
+    }
+    if (e != cudaSuccess) {
+      // The slots were assigned but never filled: forget them, so later steps copy again.
+      std::vector<int32_t> unfilled;
+      for (const PageResidency::Copy& cp : copies) unfilled.push_back(cp.page);
+      L.residency->Invalidate(unfilled);
+      return e;
+    }
   }
   // The lists in device slots, then attend over the slots.
   for (int b = 0; b < g.size; ++b)
@@ -428,9 +449,15 @@ cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const DecodeGroup& g,
             L.residency->SlotOf(tables[g.begin + b][lists[row * stride + i]]);
       slot_counts_host[row] = counts[row];
     }
-  cudaMemcpyAsync(slot_lists_dev, slot_lists_host, n_lists * stride * 4, cudaMemcpyHostToDevice,
-                  stream);
-  cudaMemcpyAsync(slot_counts_dev, slot_counts_host, n_lists * 4, cudaMemcpyHostToDevice, stream);
+  *where = "tiered slot lists upload";
+  if (cudaError_t e = cudaMemcpyAsync(slot_lists_dev, slot_lists_host, n_lists * stride * 4,
+                                      cudaMemcpyHostToDevice, stream);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e = cudaMemcpyAsync(slot_counts_dev, slot_counts_host, n_lists * 4,
+                                      cudaMemcpyHostToDevice, stream);
+      e != cudaSuccess)
+    return e;
   p.layout = slot_layout;
   p.k_cache = L.slot_k;
   p.v_cache = L.slot_v;
@@ -495,6 +522,7 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
     for (const DecodeGroup& g : plan.groups) {
       cudaError_t e = DecodeAttention(l, g, plan, where);
       if (e != cudaSuccess) return e;
+      where->clear();  // it names the stage only when that stage failed
     }
     if (nd < n_seq) {
       PrefillAttentionParams pp;
@@ -723,6 +751,9 @@ bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64
   }
   cudaError_t e = cudaMemcpy(static_cast<char*>(base) + offset * 2, conv.data(), count * 2,
                              cudaMemcpyHostToDevice);
+  // A pageable copy may return before its DMA lands, and Forward's non-blocking stream is not
+  // ordered after the legacy stream: wait here rather than race the first step.
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     *error = CudaError("weight upload", e);
     return false;

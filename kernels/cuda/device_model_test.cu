@@ -39,7 +39,7 @@ DeviceModelConfig SmallConfig() {
   c.page_size = 16;
   c.num_pages = 64;
   c.max_batch = 4;
-  c.max_tokens = 160;
+  c.max_tokens = 288;  // RunSchedule prefills 150 + 120 tokens in one step
   c.max_pages_per_seq = 16;
   c.resident_layers = 1;
   return c;

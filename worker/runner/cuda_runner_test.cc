@@ -128,7 +128,7 @@ std::vector<std::vector<float>> RunCuda(CudaRunner& r, const SelectionSpec* spec
     out.push_back(logits);
     if (stats) {
       StepStats st;
-      EXPECT_TRUE(r.StepStatsOf(0, &st));
+      EXPECT_TRUE(r.StepStatsOf(1, &st));  // row 1 is `a`, long enough to select
       stats->push_back(st);
     }
     a.done++;
@@ -240,6 +240,9 @@ TEST(CudaRunner, QuestTieredAndEagerAgree) {
   EXPECT_LT(s.pages_selected, s.pages_total);  // layer 1 attends 4 pages per KV head
   EXPECT_GT(s.pages_scored, 0);
   EXPECT_LT(s.kv_bytes_read, s.kv_bytes_dense);
+  ASSERT_EQ(st_tiered.size(), st_narrow.size());  // the tiered cache selects the same pages
+  EXPECT_EQ(st_tiered.back().pages_selected, s.pages_selected);
+  EXPECT_EQ(st_tiered.back().pages_scored, s.pages_scored);
   EXPECT_GT(tiered->totals().tier_misses, 0);
   EXPECT_GT(tiered->totals().tier_hits, 0);
   EXPECT_GT(tiered->totals().bytes_moved, 0);

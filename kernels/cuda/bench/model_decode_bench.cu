@@ -7,6 +7,7 @@
 // Writes JSON lines to --out.
 //
 // Usage: cuda_model_decode_bench --out FILE [--context 8000] [--batches 1,8] [--steps 32]
+//                                [--max-seconds S]   (no new configuration starts after S)
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -149,7 +150,16 @@ int main(int argc, char** argv) {
   const std::string cs = Arg(argc, argv, "--context"), ss = Arg(argc, argv, "--steps");
   const int context = cs.empty() ? 8000 : std::atoi(cs.c_str());
   const int steps = ss.empty() ? 32 : std::atoi(ss.c_str());
+  const std::string max_s = Arg(argc, argv, "--max-seconds");
+  const double limit = max_s.empty() ? 1e9 : std::atof(max_s.c_str());
+  const auto t0 = std::chrono::steady_clock::now();
   for (int b : IntList(Arg(argc, argv, "--batches"), {1, 8}))
-    for (const char* mode : {"dense", "quest", "quest-tiered"}) Run(out, context, b, steps, mode);
+    for (const char* mode : {"dense", "quest", "quest-tiered"}) {
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit) {
+        std::fprintf(stderr, "time limit reached; stopping\n");
+        return 0;
+      }
+      Run(out, context, b, steps, mode);
+    }
   return 0;
 }
