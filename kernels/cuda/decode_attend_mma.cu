@@ -27,6 +27,7 @@
 //   C (4 x f32): c0, c1 = (row g, cols 2t, 2t+1), c2, c3 = (row g+8, cols 2t, 2t+1)
 //   the lower 16 bits of a b32 hold the element of the lower k (or column) index.
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda/decode_internal.cuh"
@@ -35,6 +36,18 @@
 namespace tinyserve::cuda::internal {
 namespace {
 
+#ifdef TS_CUDA_EMU
+// The CPU emulator's versions (kernels/cuda/emu/cuda_emu.h).
+template <typename T>
+inline void Mma16816(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+  const uint32_t a[4] = {a0, 0u, a2, 0u};
+  ts_emu::Mma16816<T>(c, a, b0, b1);
+}
+template <bool kTrans>
+inline void LdMatrixX4(uint32_t (&r)[4], const void* row) {
+  ts_emu::LdMatrixX4(r, row, kTrans);
+}
+#else
 template <typename T>
 __device__ inline void Mma16816(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1);
 
@@ -75,16 +88,19 @@ __device__ inline void LdMatrixX4(uint32_t (&r)[4], const void* row) {
                  : "memory");
   }
 }
+#endif
 
 template <typename T>
 __device__ inline uint32_t PackPair(float lo, float hi) {
+  uint32_t u;
   if constexpr (std::is_same_v<T, __half>) {
     const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
+    memcpy(&u, &h, 4);
   } else {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
+    memcpy(&u, &h, 4);
   }
+  return u;
 }
 
 template <typename T, int kD>
@@ -118,7 +134,11 @@ __global__ void __launch_bounds__(MmaTile<T, kD>::kThreads, 2)
     PagedAttendMmaKernel(const AttendArgs a) {
   using Tile = MmaTile<T, kD>;
   constexpr int kC = Tile::kChunks;
+#ifdef TS_CUDA_EMU
+  unsigned char* smem = ts_emu::DynamicSmem();
+#else
   extern __shared__ __align__(16) unsigned char smem[];
+#endif
   const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int qg = lane / 4, qt = lane % 4;  // fragment row group and thread-in-group
@@ -296,6 +316,7 @@ __global__ void __launch_bounds__(MmaTile<T, kD>::kThreads, 2)
 
 }  // namespace
 
+#ifndef TS_CUDA_EMU
 template <typename T, int kD>
 cudaError_t LaunchAttendMma(const AttendArgs& a, int batch, cudaStream_t stream) {
   using Tile = MmaTile<T, kD>;
@@ -322,5 +343,6 @@ template cudaError_t LaunchAttendMma<__half, 64>(const AttendArgs&, int, cudaStr
 template cudaError_t LaunchAttendMma<__half, 128>(const AttendArgs&, int, cudaStream_t);
 template cudaError_t LaunchAttendMma<__nv_bfloat16, 64>(const AttendArgs&, int, cudaStream_t);
 template cudaError_t LaunchAttendMma<__nv_bfloat16, 128>(const AttendArgs&, int, cudaStream_t);
+#endif
 
 }  // namespace tinyserve::cuda::internal

@@ -1,6 +1,7 @@
 // File: kernels/cuda/device_utils.cuh
 // Small device helpers shared by the attention kernels: cp.async 16-byte copies (sm_80+), warp
 // reductions, a block-wide exclusive scan and the float -> ordered-uint32 key used by radix select.
+// Under TS_CUDA_EMU (kernels/cuda/emu/cuda_emu.h, CPU tests) cp.async goes to the emulator.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,16 @@ namespace tinyserve::cuda {
 
 // Copies 16 bytes global -> shared asynchronously; src_bytes = 0 writes 16 zero bytes instead
 // (no global read happens, but src must still be a valid address).
+#ifdef TS_CUDA_EMU
+__device__ inline void CpAsync16(void* smem_dst, const void* gmem_src, int src_bytes) {
+  ts_emu::CpAsync16(smem_dst, gmem_src, src_bytes);
+}
+__device__ inline void CpAsyncCommit() { ts_emu::CpAsyncCommit(); }
+template <int kPending>
+__device__ inline void CpAsyncWait() {
+  ts_emu::CpAsyncWait(kPending);
+}
+#else
 __device__ inline void CpAsync16(void* smem_dst, const void* gmem_src, int src_bytes) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src),
@@ -20,6 +31,7 @@ template <int kPending>
 __device__ inline void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
+#endif
 
 __device__ inline float WarpMax(float v) {
 #pragma unroll

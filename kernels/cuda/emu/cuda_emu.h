@@ -1,0 +1,360 @@
+// File: kernels/cuda/emu/cuda_emu.h
+// A small CPU emulator of the CUDA execution model, so that a kernel's own source runs in a CPU
+// test (CI has no GPU). A test defines TS_CUDA_EMU, includes this header FIRST, then the kernel's
+// .cu file, and launches the kernel with ts_emu::Launch. The kernel sources keep a few
+// `#ifdef TS_CUDA_EMU` branches: around inline PTX (cp.async, ldmatrix, mma), dynamic shared
+// memory and the host launchers.
+//
+// Modelled:
+//   - a grid of blocks, run one after another; the threads of a block as fibers (ucontext) on one
+//     OS thread, switched only where they synchronise, so all threads of a block interleave at
+//     barriers as warps do;
+//   - __syncthreads and __syncwarp as barriers (threads that wait at different barriers deadlock:
+//     the emulator aborts and says so), warp shuffles, ballot, match_any;
+//   - shared memory: `__shared__` variables (static) and the dynamic allocation;
+//   - cp.async as a 16-byte copy done at the cp.async.wait_group that covers it (kAtWait: a read
+//     before the wait sees stale data) or at issue (kAtIssue: an overwrite of a buffer still being
+//     read shows); tests run both;
+//   - ldmatrix.x4 (plain and .trans) and mma.sync.m16n8k16 with f16/bf16 inputs and f32
+//     accumulators, with the fragment layouts of the PTX ISA; ldmatrix checks that its row
+//     addresses are 16-byte aligned and inside shared memory.
+// Not modelled: timing, memory ordering between threads that do not synchronise (every write is
+// seen at once), anything not listed.
+#pragma once
+
+#ifndef TS_CUDA_EMU
+#error "cuda_emu.h is for host builds with TS_CUDA_EMU defined"
+#endif
+
+// Before the CUDA headers, which only define these when the compiler is not nvcc and they are
+// not defined yet.
+#define __shared__ static
+#define __launch_bounds__(...)
+
+#include <ucontext.h>
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace ts_emu {
+
+enum class CpAsyncMode { kAtWait, kAtIssue };
+
+struct Barrier {
+  int size = 0, arrived = 0;
+  uint64_t generation = 0;
+};
+
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  int src_bytes;
+};
+
+struct Fiber {
+  ucontext_t ctx;
+  std::unique_ptr<char[]> stack;
+  dim3 idx;
+  bool done = false;
+  std::vector<std::vector<PendingCopy>> groups;  // committed cp.async groups, oldest first
+  std::vector<PendingCopy> open;                 // issued since the last commit
+};
+
+struct Runtime {
+  dim3 grid, block, block_idx;
+  std::vector<Fiber> fibers;
+  int current = -1;
+  ucontext_t scheduler;
+  Barrier block_barrier;
+  std::vector<Barrier> warp_barriers;
+  std::vector<std::array<uint64_t, 32 * 8>> exchange;  // per warp: 8 words per lane
+  std::vector<uint64_t> smem_words;                     // dynamic shared memory, 8-byte aligned
+  size_t smem_bytes = 0;
+  CpAsyncMode mode = CpAsyncMode::kAtWait;
+  uint64_t progress = 0;
+  std::function<void()> body;
+};
+
+inline Runtime* g_runtime = nullptr;
+inline Runtime& Rt() { return *g_runtime; }
+inline Fiber& Cur() { return Rt().fibers[Rt().current]; }
+
+[[noreturn]] inline void Fail(const char* what) {
+  std::fprintf(stderr, "cuda_emu: %s (block %u,%u,%u thread %d)\n", what, Rt().block_idx.x,
+               Rt().block_idx.y, Rt().block_idx.z, Rt().current);
+  std::abort();
+}
+
+inline int LinearTid() { return Rt().current; }
+inline int Lane() { return LinearTid() % 32; }
+inline int Warp() { return LinearTid() / 32; }
+
+inline void Yield() { swapcontext(&Cur().ctx, &Rt().scheduler); }
+
+inline void Arrive(Barrier& b) {
+  const uint64_t gen = b.generation;
+  if (++b.arrived == b.size) {
+    b.arrived = 0;
+    ++b.generation;
+    ++Rt().progress;
+    return;
+  }
+  while (b.generation == gen) Yield();
+}
+
+inline void SyncWarp() { Arrive(Rt().warp_barriers[Warp()]); }
+
+// Every lane of the warp passes `mine`; returns all 32 lanes' values.
+template <typename T>
+std::array<T, 32> WarpGather(const T& mine) {
+  static_assert(sizeof(T) <= 64 && std::is_trivially_copyable_v<T>, "8 words per lane");
+  auto& x = Rt().exchange[Warp()];
+  std::memcpy(&x[Lane() * 8], &mine, sizeof(T));
+  SyncWarp();
+  std::array<T, 32> all;
+  for (int l = 0; l < 32; ++l) std::memcpy(&all[l], &x[l * 8], sizeof(T));
+  SyncWarp();  // nobody overwrites the exchange before everyone has read it
+  return all;
+}
+
+inline unsigned char* DynamicSmem() {
+  return reinterpret_cast<unsigned char*>(Rt().smem_words.data());
+}
+
+inline bool InSmem(const void* p, size_t bytes) {
+  const auto* b = reinterpret_cast<const unsigned char*>(Rt().smem_words.data());
+  const auto* q = static_cast<const unsigned char*>(p);
+  return q >= b && q + bytes <= b + Rt().smem_bytes;
+}
+
+// cp.async (16 bytes; src_bytes < 16 zero-fills the rest).
+inline void DoCopy(const PendingCopy& c) {
+  std::memset(c.dst, 0, 16);
+  if (c.src_bytes > 0) std::memcpy(c.dst, c.src, c.src_bytes);
+}
+inline void CpAsync16(void* dst, const void* src, int src_bytes) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || !InSmem(dst, 16))
+    Fail("cp.async destination not 16-byte aligned shared memory");
+  const PendingCopy c{dst, src, src_bytes};
+  if (Rt().mode == CpAsyncMode::kAtIssue) {
+    DoCopy(c);
+  } else {
+    Cur().open.push_back(c);
+  }
+}
+inline void CpAsyncCommit() {
+  Cur().groups.push_back(std::move(Cur().open));
+  Cur().open.clear();
+}
+inline void CpAsyncWait(int pending) {
+  auto& g = Cur().groups;
+  while (static_cast<int>(g.size()) > pending) {
+    for (const PendingCopy& c : g.front()) DoCopy(c);
+    g.erase(g.begin());
+  }
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i..8i+7 give the row addresses of
+// matrix i. Without .trans lane l receives in r[i] the elements (row l/4, cols 2(l%4), 2(l%4)+1)
+// of matrix i; with .trans (rows 2(l%4), 2(l%4)+1; col l/4). The lower half holds the first.
+inline void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0 || !InSmem(row, 16))
+    Fail("ldmatrix row address not 16-byte aligned shared memory");
+  const auto rows = WarpGather(row);
+  const int l = Lane();
+  for (int i = 0; i < 4; ++i) {
+    uint16_t e[2];
+    for (int j = 0; j < 2; ++j) {
+      const int rr = trans ? 2 * (l % 4) + j : l / 4;
+      const int cc = trans ? l / 4 : 2 * (l % 4) + j;
+      std::memcpy(&e[j], static_cast<const char*>(rows[8 * i + rr]) + 2 * cc, 2);
+    }
+    r[i] = uint32_t{e[0]} | (uint32_t{e[1]} << 16);
+  }
+}
+
+template <typename T>
+float Bits16ToFloat(uint16_t b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    __half_raw r;
+    r.x = b;
+    return __half2float(__half(r));
+  } else {
+    __nv_bfloat16_raw r;
+    r.x = b;
+    return __bfloat162float(__nv_bfloat16(r));
+  }
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, D = A B + C, with
+// g = lane/4, t = lane%4:
+//   A (16x16): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B (16x8):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g)
+//   C, D (16x8): c0, c1 = (g, 2t..2t+1), c2, c3 = (g+8, 2t..2t+1)
+template <typename T>
+void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  struct Frag {
+    uint32_t a[4], b[2];
+    float c[4];
+  };
+  Frag mine;
+  std::memcpy(mine.a, a, sizeof(mine.a));
+  mine.b[0] = b0;
+  mine.b[1] = b1;
+  std::memcpy(mine.c, c, sizeof(mine.c));
+  const auto all = WarpGather(mine);
+  float A[16][16], B[16][8], C[16][8];
+  auto lo = [](uint32_t w) { return Bits16ToFloat<T>(static_cast<uint16_t>(w & 0xffff)); };
+  auto hi = [](uint32_t w) { return Bits16ToFloat<T>(static_cast<uint16_t>(w >> 16)); };
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    const Frag& f = all[l];
+    for (int q = 0; q < 4; ++q) {
+      const int row = g + (q & 1) * 8, col = 2 * t + (q >> 1) * 8;
+      A[row][col] = lo(f.a[q]);
+      A[row][col + 1] = hi(f.a[q]);
+    }
+    for (int q = 0; q < 2; ++q) {
+      B[2 * t + 8 * q][g] = lo(f.b[q]);
+      B[2 * t + 8 * q + 1][g] = hi(f.b[q]);
+    }
+    for (int q = 0; q < 4; ++q) C[g + (q >> 1) * 8][2 * t + (q & 1)] = f.c[q];
+  }
+  const int g = Lane() / 4, t = Lane() % 4;
+  for (int q = 0; q < 4; ++q) {
+    const int row = g + (q >> 1) * 8, col = 2 * t + (q & 1);
+    float s = C[row][col];
+    for (int k = 0; k < 16; ++k) s = std::fma(A[row][k], B[k][col], s);
+    c[q] = s;
+  }
+}
+
+// Fresh context for f (kept out of Launch: getcontext returns twice as far as the compiler knows).
+inline void InitFiber(Fiber& f, size_t stack_bytes, ucontext_t* link, void (*entry)()) {
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.get();
+  f.ctx.uc_stack.ss_size = stack_bytes;
+  f.ctx.uc_link = link;
+  makecontext(&f.ctx, entry, 0);
+}
+
+inline void FiberEntry() {
+  Rt().body();
+  Cur().done = true;
+}  // returns to the scheduler through uc_link
+
+// Runs kernel() (a call of the __global__ function with its arguments) over grid x block with
+// `smem_bytes` of dynamic shared memory.
+inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, std::function<void()> kernel,
+                   CpAsyncMode mode = CpAsyncMode::kAtWait) {
+  Runtime rt;
+  Runtime* saved = g_runtime;
+  g_runtime = &rt;
+  rt.grid = grid;
+  rt.block = block;
+  rt.mode = mode;
+  rt.body = std::move(kernel);
+  const int n = static_cast<int>(block.x * block.y * block.z);
+  if (n % 32 != 0) Fail("block size must be a multiple of 32");
+  rt.smem_bytes = smem_bytes;
+  rt.smem_words.assign((smem_bytes + 7) / 8 + 2, 0);
+  rt.fibers.resize(n);
+  rt.warp_barriers.assign(n / 32, Barrier{32, 0, 0});
+  rt.block_barrier = Barrier{n, 0, 0};
+  rt.exchange.assign(n / 32, {});
+  constexpr size_t kStack = 256 * 1024;
+  for (Fiber& f : rt.fibers) f.stack.reset(new char[kStack]);
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        rt.block_idx = dim3(bx, by, bz);
+        // Stale shared memory from the previous block, like a GPU's.
+        std::memset(rt.smem_words.data(), 0xff, rt.smem_words.size() * 8);
+        for (int i = 0; i < n; ++i) {
+          Fiber& f = rt.fibers[i];
+          f.done = false;
+          f.groups.clear();
+          f.open.clear();
+          f.idx = dim3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
+          InitFiber(f, kStack, &rt.scheduler, FiberEntry);
+        }
+        int left = n;
+        while (left > 0) {
+          const uint64_t before = rt.progress;
+          const int left_before = left;
+          for (int i = 0; i < n; ++i) {
+            if (rt.fibers[i].done) continue;
+            rt.current = i;
+            swapcontext(&rt.scheduler, &rt.fibers[i].ctx);
+            if (rt.fibers[i].done) --left;
+          }
+          if (left > 0 && left == left_before && rt.progress == before)
+            Fail("deadlock: threads wait at different barriers (divergent sync)");
+        }
+      }
+  g_runtime = saved;
+}
+
+}  // namespace ts_emu
+
+// The device-side names kernels use.
+#define threadIdx (::ts_emu::Cur().idx)
+#define blockIdx (::ts_emu::Rt().block_idx)
+#define blockDim (::ts_emu::Rt().block)
+#define gridDim (::ts_emu::Rt().grid)
+
+inline void __syncthreads() { ts_emu::Arrive(ts_emu::Rt().block_barrier); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ts_emu::SyncWarp(); }
+
+template <typename T>
+T __shfl_sync(unsigned, T v, int src, int width = 32) {
+  const auto all = ts_emu::WarpGather(v);
+  const int base = ts_emu::Lane() / width * width;
+  return all[base + (src % width)];
+}
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
+  const auto all = ts_emu::WarpGather(v);
+  const int l = ts_emu::Lane(), src = l ^ lane_mask;
+  return src / width == l / width ? all[src] : v;
+}
+template <typename T>
+T __shfl_up_sync(unsigned, T v, unsigned delta, int width = 32) {
+  const auto all = ts_emu::WarpGather(v);
+  const int l = ts_emu::Lane(), src = l - static_cast<int>(delta);
+  return src >= l / width * width ? all[src] : v;
+}
+inline unsigned __ballot_sync(unsigned, int pred) {
+  const auto all = ts_emu::WarpGather(pred != 0);
+  unsigned r = 0;
+  for (int l = 0; l < 32; ++l) r |= unsigned{all[l]} << l;
+  return r;
+}
+inline unsigned __match_any_sync(unsigned, unsigned value) {
+  const auto all = ts_emu::WarpGather(value);
+  unsigned r = 0;
+  for (int l = 0; l < 32; ++l) r |= unsigned{all[l] == value} << l;
+  return r;
+}
+inline int atomicAdd(int* p, int v) {
+  const int old = *p;
+  *p += v;
+  return old;
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline int __ffs(unsigned x) { return x == 0 ? 0 : std::countr_zero(x) + 1; }
+inline int __popc(unsigned x) { return std::popcount(x); }
+inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
