@@ -61,7 +61,9 @@ if [ -d "$ROOT/.gpu-carry/googletest" ]; then
 fi
 # A rerun on the same (warm) machine reuses build-gpu: only what changed is rebuilt.
 if [ "${GPU_CHECK_CLEAN:-0}" = 1 ]; then rm -rf build-gpu; fi
+# The emulator twins of the GPU tests (kernels/cuda/emu) are for machines without a GPU: off here.
 step configure 120 cmake -S . -B build-gpu -DTINYSERVE_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
+  -DTINYSERVE_CUDA_EMU_TESTS=OFF \
   ${GTEST_ARGS[@]+"${GTEST_ARGS[@]}"} ${NCCL_ARGS[@]+"${NCCL_ARGS[@]}"} ${GEN[@]+"${GEN[@]}"}
 step build 330 cmake --build build-gpu -j "$(nproc)"
 BIN=$ROOT/build-gpu/bin

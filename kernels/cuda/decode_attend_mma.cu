@@ -134,11 +134,7 @@ __global__ void __launch_bounds__(MmaTile<T, kD>::kThreads, 2)
     PagedAttendMmaKernel(const AttendArgs a) {
   using Tile = MmaTile<T, kD>;
   constexpr int kC = Tile::kChunks;
-#ifdef TS_CUDA_EMU
-  unsigned char* smem = ts_emu::DynamicSmem();
-#else
-  extern __shared__ __align__(16) unsigned char smem[];
-#endif
+  TS_DYNAMIC_SMEM(unsigned char, smem);
   const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int qg = lane / 4, qt = lane % 4;  // fragment row group and thread-in-group
@@ -316,7 +312,6 @@ __global__ void __launch_bounds__(MmaTile<T, kD>::kThreads, 2)
 
 }  // namespace
 
-#ifndef TS_CUDA_EMU
 template <typename T, int kD>
 cudaError_t LaunchAttendMma(const AttendArgs& a, int batch, cudaStream_t stream) {
   using Tile = MmaTile<T, kD>;
@@ -334,7 +329,7 @@ cudaError_t LaunchAttendMma(const AttendArgs& a, int batch, cudaStream_t stream)
   }();
   if (attr != cudaSuccess) return attr;
   const dim3 grid(a.splits, a.layout.num_kv_heads, batch);
-  PagedAttendMmaKernel<T, kD><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
+  LaunchKernel(PagedAttendMmaKernel<T, kD>, grid, Tile::kThreads, Tile::kSmemBytes, stream, a);
   TS_RETURN_LAUNCH_ERROR();
   return cudaSuccess;
 }
@@ -343,6 +338,5 @@ template cudaError_t LaunchAttendMma<__half, 64>(const AttendArgs&, int, cudaStr
 template cudaError_t LaunchAttendMma<__half, 128>(const AttendArgs&, int, cudaStream_t);
 template cudaError_t LaunchAttendMma<__nv_bfloat16, 64>(const AttendArgs&, int, cudaStream_t);
 template cudaError_t LaunchAttendMma<__nv_bfloat16, 128>(const AttendArgs&, int, cudaStream_t);
-#endif
 
 }  // namespace tinyserve::cuda::internal

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(AttendTile<T, kD, kG>::kThreads, AttendTile<T,
     PagedAttendKernel(const AttendArgs a) {
   using Tile = AttendTile<T, kD, kG>;
   constexpr int kV = Tile::kVecs, kE = 8 * kV;                   // vectors, elements per thread
-  extern __shared__ __align__(16) unsigned char smem[];
+  TS_DYNAMIC_SMEM(unsigned char, smem);
   T* ks = reinterpret_cast<T*>(smem);                            // [kStages][kTileTokens][kD]
   T* vs = ks + Tile::kStages * Tile::kStageElems;                // [kStages][kTileTokens][kD]
   float* sc = reinterpret_cast<float*>(smem + Tile::kKvBytes);   // [kMaxGqaGroup][kTileTokens]
@@ -353,7 +353,7 @@ cudaError_t LaunchAttendSimt(const AttendArgs& a, int batch, cudaStream_t stream
       static_cast<int>(Tile::kSmemBytes));
   if (attr != cudaSuccess) return attr;
   const dim3 grid(a.splits, a.layout.num_kv_heads, batch);
-  PagedAttendKernel<T, kD, kG><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(a);
+  LaunchKernel(PagedAttendKernel<T, kD, kG>, grid, Tile::kThreads, Tile::kSmemBytes, stream, a);
   TS_RETURN_LAUNCH_ERROR();
   return cudaSuccess;
 }
@@ -395,7 +395,7 @@ cudaError_t RunAttend(const DecodeAttentionParams& p, const DecodeWorkspace& ws,
                             : a.group <= 4 ? LaunchAttendSimt<T, kD, 4>(a, p.batch, stream)
                                            : LaunchAttendSimt<T, kD, 8>(a, p.batch, stream);
       if (e != cudaSuccess) return e;
-      MergeSplitsKernel<T><<<dim3(p.num_q_heads, p.batch), kD, 0, stream>>>(
+      LaunchKernel(MergeSplitsKernel<T>, dim3(p.num_q_heads, p.batch), kD, 0, stream, 
           a.partial_o, a.partial_ml, a.splits, kD, static_cast<T*>(p.out), p.out_stride);
       TS_RETURN_LAUNCH_ERROR();
       return cudaSuccess;

@@ -149,6 +149,17 @@ struct Batch {
 
 std::vector<Shape> Shapes() {
   std::vector<Shape> v;
+#ifdef TS_CUDA_EMU
+  // On the CPU emulator (orders of magnitude slower): one shape per dtype x head_dim, covering
+  // groups 1, 3, 4 and 8 and pages 8 to 32, each with a sequence past one 256-key compaction chunk.
+  const Shape few[] = {{DType::kF16, 64, 9, 3, 16, {}}, {DType::kBF16, 128, 32, 4, 32, {}},
+                       {DType::kF16, 128, 8, 2, 8, {}}, {DType::kBF16, 64, 4, 4, 16, {}}};
+  for (Shape s : few) {
+    s.lens = {1, 3 * s.page + 1, 260 * s.page + 3};
+    v.push_back(s);
+  }
+  return v;
+#endif
   const int gqa[4][2] = {{4, 4}, {9, 3}, {8, 2}, {32, 4}};  // groups 1, 3, 4, 8
   for (DType t : {DType::kF16, DType::kBF16})
     for (int d : {64, 128})

@@ -427,7 +427,7 @@ cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const DecodeGroup& g,
         cudaMemcpyAsync(pairs_dev, pairs_host, copies.size() * 8, cudaMemcpyHostToDevice, stream);
     if (e == cudaSuccess) {
       const int64_t page_vec = PageBytes() / 2 / 16;
-      CopyPagesKernel<<<dim3(static_cast<unsigned>(copies.size()), 2), 256, 0, stream>>>(
+      LaunchKernel(CopyPagesKernel, dim3(static_cast<unsigned>(copies.size()), 2), 256, 0, stream, 
           static_cast<const uint4*>(L.k), static_cast<const uint4*>(L.v),
           static_cast<uint4*>(L.slot_k), static_cast<uint4*>(L.slot_v), pairs_dev, page_vec);
       e = cudaGetLastError();
@@ -550,7 +550,7 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
     TS_ENQ(gemm.Linear(dt, act, L.wdown, tmp, T, D, F, stream));
   }
   TS_ENQ(RmsNorm(dt, tmp, out_norm, h, x, T, D, c.norm_eps, stream));
-  GatherRowsKernel<<<n_logit_rows, 128, 0, stream>>>(
+  LaunchKernel(GatherRowsKernel, n_logit_rows, 128, 0, stream, 
       static_cast<const uint4*>(h), step_dev + sl.logit_rows, static_cast<uint4*>(hsel),
       D * static_cast<int>(elt) / 16);
   TS_ENQ(cudaGetLastError());

@@ -323,7 +323,9 @@ TEST_F(DeviceModelTest, GraphsAndTieredCacheAreBitIdenticalToEager) {
     EXPECT_GT(misses, 0) << name;
     EXPECT_GT(hits, 0) << name;  // pages stay resident across steps
     EXPECT_GT(moved, 0) << name;
-    if (!att.quest) EXPECT_GT(direct_bytes, 0) << name;
+    if (!att.quest) {
+      EXPECT_GT(direct_bytes, 0) << name;
+    }
     if (att.quest) {
       // Layers >= 1 attend at most 4 pages per (sequence, KV head).
       EXPECT_LT(st_graph.back().pages_attended, st_graph.back().pages_total);

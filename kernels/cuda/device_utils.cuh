@@ -33,6 +33,15 @@ __device__ inline void CpAsyncWait() {
 }
 #endif
 
+// The running kernel's dynamic shared memory as `type* name`.
+#ifdef TS_CUDA_EMU
+#define TS_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(::ts_emu::DynamicSmem())
+#else
+#define TS_DYNAMIC_SMEM(type, name)                                       \
+  extern __shared__ __align__(16) unsigned char name##_dynamic_smem_[]; \
+  type* name = reinterpret_cast<type*>(name##_dynamic_smem_)
+#endif
+
 __device__ inline float WarpMax(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

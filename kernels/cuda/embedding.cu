@@ -24,7 +24,7 @@ cudaError_t EmbeddingLookup(DType dtype, const void* table, const int32_t* ids, 
   TS_REQUIRE((reinterpret_cast<uintptr_t>(table) & 15) == 0 &&
                  (reinterpret_cast<uintptr_t>(out) & 15) == 0,
              "EmbeddingLookup: pointers must be 16-byte aligned");
-  EmbeddingKernel<<<rows, 128, 0, stream>>>(static_cast<const uint4*>(table), ids,
+  LaunchKernel(EmbeddingKernel, rows, 128, 0, stream, static_cast<const uint4*>(table), ids,
                                             static_cast<uint4*>(out), vocab,
                                             static_cast<int>(row_bytes / 16));
   TS_RETURN_LAUNCH_ERROR();

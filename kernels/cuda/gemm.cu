@@ -2,6 +2,10 @@
 
 #include <dlfcn.h>
 
+#ifdef TS_CUDA_EMU
+#include "kernels/cuda/emu/cublas_emu.h"
+#endif
+
 namespace tinyserve::cuda {
 
 namespace {
@@ -26,6 +30,15 @@ struct CublasApi {
 const CublasApi& Api() {
   static const CublasApi api = [] {
     CublasApi a;
+#ifdef TS_CUDA_EMU
+    a.create = ts_emu::EmuCublasCreate;
+    a.destroy = ts_emu::EmuCublasDestroy;
+    a.set_workspace = ts_emu::EmuCublasSetWorkspace;
+    a.set_stream = ts_emu::EmuCublasSetStream;
+    a.gemm_ex = ts_emu::EmuCublasGemmEx;
+    a.ok = true;
+    return a;
+#endif
     void* lib = nullptr;
     for (const char* name : {TS_CUBLAS_PATH, TS_CUBLAS_SONAME, "libcublas.so"}) {
       lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);

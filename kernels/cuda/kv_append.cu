@@ -93,7 +93,7 @@ cudaError_t AppendPagedKv(const KvAppendParams& p, cudaStream_t stream) {
                                          p.layout.page_size + 1);
   const dim3 grid(touched, p.batch);
   return TS_DISPATCH_DTYPE16(p.dtype, T, [&] {
-    AppendPagedKvKernel<T><<<grid, kAppendThreads, 0, stream>>>(p);
+    LaunchKernel(AppendPagedKvKernel<T>, grid, kAppendThreads, 0, stream, p);
     TS_RETURN_LAUNCH_ERROR();
     return cudaSuccess;
   });

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kSelectThreads) QuestScoreKernel(const SelectA
 // per candidate page. When a.score_splits == 1 it scores the pages itself.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kSelectThreads) QuestSelectKernel(const SelectArgs a) {
-  extern __shared__ uint32_t keys[];  // [n - 1 - n_sink]
+  TS_DYNAMIC_SMEM(uint32_t, keys);  // [n - 1 - n_sink]
   __shared__ int scan_scratch[33];
   const int b = blockIdx.y, g = blockIdx.x;
   const int hkv = a.layout.num_kv_heads;
@@ -195,7 +195,7 @@ template <typename T, int kD>
 cudaError_t Launch(const SelectArgs& a, int batch, cudaStream_t stream) {
   const int hkv = a.layout.num_kv_heads;
   if (a.score_splits > 1) {
-    QuestScoreKernel<T, kD><<<dim3(a.score_splits, hkv, batch), kSelectThreads, 0, stream>>>(a);
+    LaunchKernel(QuestScoreKernel<T, kD>, dim3(a.score_splits, hkv, batch), kSelectThreads, 0, stream, a);
     TS_RETURN_LAUNCH_ERROR();
   }
   const size_t smem = sizeof(uint32_t) * std::max(1, a.max_pages);
@@ -204,7 +204,7 @@ cudaError_t Launch(const SelectArgs& a, int batch, cudaStream_t stream) {
   static const cudaError_t attr = cudaFuncSetAttribute(
       QuestSelectKernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSelectSmem);
   if (attr != cudaSuccess) return attr;
-  QuestSelectKernel<T, kD><<<dim3(hkv, batch), kSelectThreads, smem, stream>>>(a);
+  LaunchKernel(QuestSelectKernel<T, kD>, dim3(hkv, batch), kSelectThreads, smem, stream, a);
   TS_RETURN_LAUNCH_ERROR();
   return cudaSuccess;
 }

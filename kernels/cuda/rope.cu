@@ -45,7 +45,7 @@ cudaError_t ApplyRope(const RopeParams& p, cudaStream_t stream) {
   TS_REQUIRE(!p.q || p.q_stride >= int64_t{p.num_q_heads} * p.head_dim, "ApplyRope: q_stride");
   TS_REQUIRE(!p.k || p.k_stride >= int64_t{p.num_kv_heads} * p.head_dim, "ApplyRope: k_stride");
   return TS_DISPATCH_DTYPE16(p.dtype, T, [&] {
-    RopeKernel<T><<<p.tokens, 256, 0, stream>>>(p, rot);
+    LaunchKernel(RopeKernel<T>, p.tokens, 256, 0, stream, p, rot);
     TS_RETURN_LAUNCH_ERROR();
     return cudaSuccess;
   });

@@ -48,6 +48,16 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+// Context switches: glibc's swapcontext makes a system call per switch (the signal mask), which
+// dominated the emulator's time; on x86-64 a 20-instruction switch (cudart_emu.cc) saves the
+// callee-saved registers, MXCSR and the x87 control word and swaps stacks.
+#if defined(__x86_64__) && !defined(TS_EMU_PORTABLE_SWITCH)
+#define TS_EMU_FAST_SWITCH 1
+extern "C" void ts_emu_switch(void** save_sp, void* load_sp);
+#else
+#define TS_EMU_FAST_SWITCH 0
+#endif
+
 namespace ts_emu {
 
 enum class CpAsyncMode { kAtWait, kAtIssue };
@@ -64,7 +74,8 @@ struct PendingCopy {
 };
 
 struct Fiber {
-  ucontext_t ctx;
+  ucontext_t ctx;      // the portable switch (not x86-64)
+  void* sp = nullptr;  // the fast switch (x86-64): the saved stack pointer
   std::unique_ptr<char[]> stack;
   dim3 idx;
   bool done = false;
@@ -77,6 +88,7 @@ struct Runtime {
   std::vector<Fiber> fibers;
   int current = -1;
   ucontext_t scheduler;
+  void* scheduler_sp = nullptr;
   Barrier block_barrier;
   std::vector<Barrier> warp_barriers;
   std::vector<std::array<uint64_t, 32 * 8>> exchange;  // per warp: 8 words per lane
@@ -101,7 +113,16 @@ inline int LinearTid() { return Rt().current; }
 inline int Lane() { return LinearTid() % 32; }
 inline int Warp() { return LinearTid() / 32; }
 
-inline void Yield() { swapcontext(&Cur().ctx, &Rt().scheduler); }
+// The other threads run while this one is switched out: tell the compiler any memory may have
+// changed (shared-memory statics whose address never escapes included).
+inline void Yield() {
+#if TS_EMU_FAST_SWITCH
+  ts_emu_switch(&Cur().sp, Rt().scheduler_sp);
+#else
+  swapcontext(&Cur().ctx, &Rt().scheduler);
+#endif
+  asm volatile("" ::: "memory");
+}
 
 inline void Arrive(Barrier& b) {
   const uint64_t gen = b.generation;
@@ -241,19 +262,62 @@ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   }
 }
 
-// Fresh context for f (kept out of Launch: getcontext returns twice as far as the compiler knows).
-inline void InitFiber(Fiber& f, size_t stack_bytes, ucontext_t* link, void (*entry)()) {
-  getcontext(&f.ctx);
-  f.ctx.uc_stack.ss_sp = f.stack.get();
-  f.ctx.uc_stack.ss_size = stack_bytes;
-  f.ctx.uc_link = link;
-  makecontext(&f.ctx, entry, 0);
+// Fiber stacks are kept for the next launch (a model step launches hundreds of grids).
+inline std::vector<std::unique_ptr<char[]>>& StackPool() {
+  static std::vector<std::unique_ptr<char[]>> pool;
+  return pool;
 }
+inline std::unique_ptr<char[]> TakeStack(size_t bytes) {
+  auto& pool = StackPool();
+  if (pool.empty()) return std::unique_ptr<char[]>(new char[bytes]);
+  auto s = std::move(pool.back());
+  pool.pop_back();
+  return s;
+}
+
+// The emulated runtime (cudart_emu.cc): a launch in stream order, or recorded while the stream is
+// captured; configuration errors (block size, grid, dynamic shared memory beyond the 48 KB default
+// or the kernel's cudaFuncSetAttribute opt-in) become the launch's error, as on a GPU.
+void EnqueueLaunch(const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   std::function<void()> body);
 
 inline void FiberEntry() {
   Rt().body();
   Cur().done = true;
-}  // returns to the scheduler through uc_link
+#if TS_EMU_FAST_SWITCH
+  ts_emu_switch(&Cur().sp, Rt().scheduler_sp);  // never resumed
+  std::abort();
+#endif
+}  // (portable switch) returns to the scheduler through uc_link
+
+// A fresh context for f that starts in FiberEntry (kept out of Launch: getcontext returns twice
+// as far as the compiler knows).
+inline void InitFiber(Fiber& f, size_t stack_bytes, ucontext_t* link) {
+#if TS_EMU_FAST_SWITCH
+  (void)link;
+  // The frame ts_emu_switch pops: MXCSR and x87 control word, r15..r12, rbx, rbp, then the
+  // "return" address FiberEntry, above it a fake return address of FiberEntry's own (the stack is
+  // 16-byte aligned at a call).
+  auto* top = reinterpret_cast<uint64_t*>(
+      (reinterpret_cast<uintptr_t>(f.stack.get()) + stack_bytes) & ~uintptr_t{15});
+  uint64_t* sp = top;
+  *--sp = 0;
+  *--sp = reinterpret_cast<uint64_t>(&FiberEntry);
+  for (int i = 0; i < 6; ++i) *--sp = 0;  // rbp, rbx, r12, r13, r14, r15
+  uint32_t csr = 0;
+  uint16_t cw = 0;
+  asm volatile("stmxcsr %0" : "=m"(csr));
+  asm volatile("fnstcw %0" : "=m"(cw));
+  *--sp = uint64_t{csr} | (uint64_t{cw} << 32);
+  f.sp = sp;
+#else
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.get();
+  f.ctx.uc_stack.ss_size = stack_bytes;
+  f.ctx.uc_link = link;
+  makecontext(&f.ctx, FiberEntry, 0);
+#endif
+}
 
 // Runs kernel() (a call of the __global__ function with its arguments) over grid x block with
 // `smem_bytes` of dynamic shared memory.
@@ -267,15 +331,16 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, std::function<void(
   rt.mode = mode;
   rt.body = std::move(kernel);
   const int n = static_cast<int>(block.x * block.y * block.z);
-  if (n % 32 != 0) Fail("block size must be a multiple of 32");
   rt.smem_bytes = smem_bytes;
   rt.smem_words.assign((smem_bytes + 7) / 8 + 2, 0);
   rt.fibers.resize(n);
-  rt.warp_barriers.assign(n / 32, Barrier{32, 0, 0});
+  const int warps = (n + 31) / 32;
+  rt.warp_barriers.assign(warps, Barrier{32, 0, 0});
+  rt.warp_barriers.back().size = n - 32 * (warps - 1);  // a partial last warp
   rt.block_barrier = Barrier{n, 0, 0};
-  rt.exchange.assign(n / 32, {});
-  constexpr size_t kStack = 256 * 1024;
-  for (Fiber& f : rt.fibers) f.stack.reset(new char[kStack]);
+  rt.exchange.assign(warps, {});
+  constexpr size_t kStack = 128 * 1024;
+  for (Fiber& f : rt.fibers) f.stack = TakeStack(kStack);
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
@@ -288,7 +353,7 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, std::function<void(
           f.groups.clear();
           f.open.clear();
           f.idx = dim3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
-          InitFiber(f, kStack, &rt.scheduler, FiberEntry);
+          InitFiber(f, kStack, &rt.scheduler);
         }
         int left = n;
         while (left > 0) {
@@ -297,13 +362,18 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, std::function<void(
           for (int i = 0; i < n; ++i) {
             if (rt.fibers[i].done) continue;
             rt.current = i;
+#if TS_EMU_FAST_SWITCH
+            ts_emu_switch(&rt.scheduler_sp, rt.fibers[i].sp);
+#else
             swapcontext(&rt.scheduler, &rt.fibers[i].ctx);
+#endif
             if (rt.fibers[i].done) --left;
           }
           if (left > 0 && left == left_before && rt.progress == before)
             Fail("deadlock: threads wait at different barriers (divergent sync)");
         }
       }
+  for (Fiber& f : rt.fibers) StackPool().push_back(std::move(f.stack));
   g_runtime = saved;
 }
 
@@ -314,6 +384,12 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, std::function<void(
 #define blockIdx (::ts_emu::Rt().block_idx)
 #define blockDim (::ts_emu::Rt().block)
 #define gridDim (::ts_emu::Rt().grid)
+
+// cuda_runtime.h declares its C++ overloads only for nvcc.
+template <typename T>
+cudaError_t cudaFuncSetAttribute(T* func, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value);
+}
 
 inline void __syncthreads() { ts_emu::Arrive(ts_emu::Rt().block_barrier); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ts_emu::SyncWarp(); }
@@ -353,6 +429,7 @@ inline int atomicAdd(int* p, int v) {
   *p += v;
   return old;
 }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int __ffs(unsigned x) { return x == 0 ? 0 : std::countr_zero(x) + 1; }
