@@ -84,6 +84,7 @@ if [ -d "$ROOT/.gpu-carry/engine/bin" ]; then
   fi
   for t in "$ROOT"/.gpu-carry/engine/bin/*; do
     step "engine_$(basename "$t")" 120 env \
+      TINYSERVE_CUDA_TEST_MODEL="$ROOT/.gpu-carry/models/llama-d64" \
       LD_LIBRARY_PATH="$ROOT/.gpu-carry/engine/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}" "$t"
   done
 else

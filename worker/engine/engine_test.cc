@@ -7,37 +7,15 @@
 
 #include "common/paths.h"
 #include "gtest/gtest.h"
+#include "worker/engine/engine_test_util.h"
 
 namespace tinyserve {
 namespace {
 
-class CollectSink : public RequestSink {
- public:
-  void OnTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage&) override {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const auto& t : tokens) {
-      ids.push_back(t.id);
-      text += t.text;
-      logprobs.push_back(t.logprob);
-      tops.push_back(t.top.size());
-    }
-  }
-  void OnFinish(FinishReason r, const RequestUsage& u, absl::Status s) override {
-    reason = r;
-    usage = u;
-    status = s;
-    finished++;
-  }
-  std::mutex mu;
-  std::vector<int32_t> ids;
-  std::string text;
-  std::vector<float> logprobs;
-  std::vector<size_t> tops;
-  FinishReason reason = FinishReason::kError;
-  RequestUsage usage;
-  absl::Status status;
-  int finished = 0;
-};
+using engine_testing::CollectSink;
+using engine_testing::Greedy;
+using engine_testing::RunEachAlone;
+using engine_testing::RunTogether;
 
 EngineOptions Options() {
   EngineOptions o;
@@ -51,14 +29,6 @@ std::unique_ptr<Engine> MakeEngine(EngineOptions o = Options()) {
   auto e = Engine::Create(o);
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;
-}
-
-GenerateRequest Greedy(const Engine& e, const std::string& text, int max_tokens) {
-  GenerateRequest r;
-  r.request_id = text;
-  r.prompt_ids = e.tokenizer().Encode(text, false, true);
-  r.sampling.max_tokens = max_tokens;
-  return r;
 }
 
 // PROVENANCE.md of stories260K: llama2.c and llama.cpp agree on these 64 greedy ids.
@@ -88,21 +58,9 @@ TEST(Engine, BatchedSequencesGiveTheSameTokensAsEachAlone) {
     o.default_selection.policy = policy;
     o.default_selection.budget = 32;  // 2 pages: selection is active past 32 tokens
     o.default_selection.dense_layers = 1;
-    std::vector<std::vector<int32_t>> alone;
-    for (const auto& p : prompts) {
-      auto e = MakeEngine(o);
-      auto sink = std::make_shared<CollectSink>();
-      ASSERT_TRUE(e->Submit(Greedy(*e, p, 80), sink).ok());
-      e->RunUntilIdle();
-      alone.push_back(sink->ids);
-    }
+    const auto alone = RunEachAlone(o, prompts, 80);
     auto e = MakeEngine(o);
-    std::vector<std::shared_ptr<CollectSink>> sinks;
-    for (const auto& p : prompts) {
-      sinks.push_back(std::make_shared<CollectSink>());
-      ASSERT_TRUE(e->Submit(Greedy(*e, p, 80), sinks.back()).ok());
-    }
-    e->RunUntilIdle();
+    const auto sinks = RunTogether(*e, prompts, 80);
     for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(sinks[i]->ids, alone[i]) << policy << " " << prompts[i];
   }
 }
@@ -170,21 +128,9 @@ TEST(Engine, PreemptionUnderPagePressureKeepsOutputs) {
   o.prefix_caching = false;
   const std::vector<std::string> prompts = {"Once upon a time", "Lily and Ben", "The dog",
                                             "One day, a little bird"};
-  std::vector<std::vector<int32_t>> alone;
-  for (const auto& p : prompts) {
-    auto e = MakeEngine(o);
-    auto sink = std::make_shared<CollectSink>();
-    ASSERT_TRUE(e->Submit(Greedy(*e, p, 100), sink).ok());
-    e->RunUntilIdle();
-    alone.push_back(sink->ids);
-  }
+  const auto alone = RunEachAlone(o, prompts, 100);
   auto e = MakeEngine(o);
-  std::vector<std::shared_ptr<CollectSink>> sinks;
-  for (const auto& p : prompts) {
-    sinks.push_back(std::make_shared<CollectSink>());
-    ASSERT_TRUE(e->Submit(Greedy(*e, p, 100), sinks.back()).ok());
-  }
-  e->RunUntilIdle();
+  const auto sinks = RunTogether(*e, prompts, 100);
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(sinks[i]->ids, alone[i]) << prompts[i];
     EXPECT_EQ(sinks[i]->finished, 1);
