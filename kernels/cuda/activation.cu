@@ -37,8 +37,7 @@ cudaError_t SwiGlu(DType dtype, const void* gate, int64_t gate_stride, const voi
   const dim3 grid((n + 255) / 256, rows);
   return TS_DISPATCH_DTYPE16(dtype, T, [&] {
     LaunchKernel(SwiGluKernel<T>, grid, 256, 0, stream, static_cast<const T*>(gate), gate_stride,
-                                              static_cast<const T*>(up), up_stride,
-                                              static_cast<T*>(out), out_stride, n);
+                 static_cast<const T*>(up), up_stride, static_cast<T*>(out), out_stride, n);
     TS_RETURN_LAUNCH_ERROR();
     return cudaSuccess;
   });
@@ -48,8 +47,8 @@ cudaError_t GeluTanh(DType dtype, const void* x, void* out, int64_t count, cudaS
   TS_REQUIRE(x && out && count > 0, "GeluTanh: bad arguments");
   const int blocks = static_cast<int>(std::min<int64_t>((count + 255) / 256, 4096));
   return TS_DISPATCH_DTYPE16(dtype, T, [&] {
-    LaunchKernel(GeluKernel<T>, blocks, 256, 0, stream, static_cast<const T*>(x), static_cast<T*>(out),
-                                              count);
+    LaunchKernel(GeluKernel<T>, blocks, 256, 0, stream, static_cast<const T*>(x),
+                 static_cast<T*>(out), count);
     TS_RETURN_LAUNCH_ERROR();
     return cudaSuccess;
   });

@@ -144,8 +144,9 @@ __global__ void __launch_bounds__(MmaTile<T, kD>::kThreads, 2)
   const int G = a.group, hkv = a.layout.num_kv_heads, hq = hkv * G;
   const int P = a.layout.page_size, log2p = Log2Pow2(P);
   // This split's entries [p0, p1) of the list are tokens [t0, t1) of the concatenated list.
-  const SplitShare sh =
-      AttendShare(a, b, g, split, max(1, (Tile::kWarps * Tile::kTokens) >> log2p));
+  // Tiles map tokens, not pages, so the split size needs no rounding (rounding it to whole CTA
+  // tiles left up to a quarter of the chosen splits empty).
+  const SplitShare sh = AttendShare(a, b, g, split, 1);
   const int32_t* list = sh.list;
   const int t0 = sh.p0 << log2p;
   const int t1 = sh.p0 >= sh.p1 ? t0

@@ -3,6 +3,7 @@
 // table itself (dense) or the selected pages (quest); the last list entry is always the
 // sequence's last page, the only one that can be partial.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -358,12 +359,18 @@ cudaError_t LaunchAttendSimt(const AttendArgs& a, int batch, cudaStream_t stream
   return cudaSuccess;
 }
 
+std::atomic<int64_t>& AttendLaunchCounter(AttendKernel k) {
+  static std::atomic<int64_t> counters[3];
+  return counters[static_cast<int>(k)];
+}
+
 AttendKernel ResolveAttendKernel(AttendKernel k) {
   if (k != AttendKernel::kAuto) return k;
   static const AttendKernel from_env = [] {
     const char* e = std::getenv("TINYSERVE_CUDA_ATTEND");
-    return e != nullptr && std::strcmp(e, "tensor") == 0 ? AttendKernel::kTensorCores
-                                                         : AttendKernel::kCudaCores;
+    const bool tensor = e != nullptr && (std::strcmp(e, "tensor") == 0 ||
+                                         std::strcmp(e, "tensor_cores") == 0);
+    return tensor ? AttendKernel::kTensorCores : AttendKernel::kCudaCores;
   }();
   return from_env;
 }
@@ -389,14 +396,15 @@ cudaError_t RunAttend(const DecodeAttentionParams& p, const DecodeWorkspace& ws,
   a.partial_o = ws.partial_o;
   a.partial_ml = ws.partial_ml;
   const bool tensor = ResolveAttendKernel(p.attend_kernel) == AttendKernel::kTensorCores;
+  AttendLaunchCounter(tensor ? AttendKernel::kTensorCores : AttendKernel::kCudaCores)++;
   return TS_DISPATCH_DTYPE16(p.dtype, T, [&] {
     return TS_DISPATCH_HEAD_DIM(p.layout.head_dim, kD, [&]() -> cudaError_t {
       const cudaError_t e = tensor         ? LaunchAttendMma<T, kD>(a, p.batch, stream)
                             : a.group <= 4 ? LaunchAttendSimt<T, kD, 4>(a, p.batch, stream)
                                            : LaunchAttendSimt<T, kD, 8>(a, p.batch, stream);
       if (e != cudaSuccess) return e;
-      LaunchKernel(MergeSplitsKernel<T>, dim3(p.num_q_heads, p.batch), kD, 0, stream, 
-          a.partial_o, a.partial_ml, a.splits, kD, static_cast<T*>(p.out), p.out_stride);
+      LaunchKernel(MergeSplitsKernel<T>, dim3(p.num_q_heads, p.batch), kD, 0, stream, a.partial_o,
+                   a.partial_ml, a.splits, kD, static_cast<T*>(p.out), p.out_stride);
       TS_RETURN_LAUNCH_ERROR();
       return cudaSuccess;
     });
@@ -430,6 +438,10 @@ DecodeWorkspace CarveWorkspace(const DecodeAttentionParams& p, int splits, bool 
 }
 
 }  // namespace internal
+
+int64_t AttendKernelLaunches(AttendKernel k) {
+  return internal::AttendLaunchCounter(k).load(std::memory_order_relaxed);
+}
 
 const char* AttendKernelName(AttendKernel k) {
   switch (k) {

@@ -40,9 +40,11 @@ enum class GqaAggregation : int { kKvMax = 0, kKvSum = 1 };
 // dot products on the CUDA cores (measured on an H200, docs/PERFORMANCE.md). kTensorCores:
 // mma.sync m16n8k16 with the group's query heads as the M rows and P rounded to the cache dtype
 // for PV (decode_attend_mma.cu; not yet measured on a GPU). kAuto reads TINYSERVE_CUDA_ATTEND
-// ("tensor" or "cuda") once per process and defaults to kCudaCores.
+// once per process ("tensor" or "tensor_cores" select kTensorCores) and defaults to kCudaCores.
 enum class AttendKernel : int { kAuto = 0, kCudaCores = 1, kTensorCores = 2 };
 const char* AttendKernelName(AttendKernel k);
+// Attend launches so far in this process by kernel (kCudaCores or kTensorCores): for tests.
+int64_t AttendKernelLaunches(AttendKernel k);
 
 // Largest GQA group (query heads per KV head) the decode kernels take.
 inline constexpr int kMaxGqaGroup = 8;

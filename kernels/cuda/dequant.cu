@@ -126,8 +126,8 @@ cudaError_t DequantizeBlocks(QuantType type, const void* blocks, DType out_dtype
   return DispatchQuant(type, [&](auto qt) {
     return DispatchAct(out_dtype, [&](auto tag) {
       using T = decltype(tag);
-      LaunchKernel(DequantKernel<decltype(qt)::value, T>, grid, 256, 0, stream, 
-          static_cast<const uint8_t*>(blocks), static_cast<T*>(out), nb);
+      LaunchKernel(DequantKernel<decltype(qt)::value, T>, grid, 256, 0, stream,
+                   static_cast<const uint8_t*>(blocks), static_cast<T*>(out), nb);
       TS_RETURN_LAUNCH_ERROR();
       return cudaSuccess;
     });
@@ -144,8 +144,9 @@ cudaError_t QuantGemv(QuantType type, const void* w, DType act_dtype, const void
   return DispatchQuant(type, [&](auto qt) {
     return DispatchAct(act_dtype, [&](auto tag) {
       using A = decltype(tag);
-      LaunchKernel(QuantGemvKernel<decltype(qt)::value, A>, grid, 256, 0, stream, 
-          static_cast<const uint8_t*>(w), static_cast<const A*>(x), static_cast<A*>(y), M, N, K);
+      LaunchKernel(QuantGemvKernel<decltype(qt)::value, A>, grid, 256, 0, stream,
+                   static_cast<const uint8_t*>(w), static_cast<const A*>(x), static_cast<A*>(y), M,
+                   N, K);
       TS_RETURN_LAUNCH_ERROR();
       return cudaSuccess;
     });

@@ -87,6 +87,7 @@ struct DeviceModel::Impl {
   CublasGemm gemm;
   std::vector<void*> device_allocs;
   std::vector<void*> host_allocs;
+  bool uploads_pending = false;  // SetWeight copies the next step must wait for
 
   struct Layer {
     void *attn_norm, *wqkv, *wo, *ffn_norm, *wgu, *wdown;
@@ -427,9 +428,10 @@ cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const DecodeGroup& g,
         cudaMemcpyAsync(pairs_dev, pairs_host, copies.size() * 8, cudaMemcpyHostToDevice, stream);
     if (e == cudaSuccess) {
       const int64_t page_vec = PageBytes() / 2 / 16;
-      LaunchKernel(CopyPagesKernel, dim3(static_cast<unsigned>(copies.size()), 2), 256, 0, stream, 
-          static_cast<const uint4*>(L.k), static_cast<const uint4*>(L.v),
-          static_cast<uint4*>(L.slot_k), static_cast<uint4*>(L.slot_v), pairs_dev, page_vec);
+      LaunchKernel(CopyPagesKernel, dim3(static_cast<unsigned>(copies.size()), 2), 256, 0, stream,
+                   static_cast<const uint4*>(L.k), static_cast<const uint4*>(L.v),
+                   static_cast<uint4*>(L.slot_k), static_cast<uint4*>(L.slot_v), pairs_dev,
+                   page_vec);
       e = cudaGetLastError();
     }
     if (e != cudaSuccess) {
@@ -550,9 +552,8 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
     TS_ENQ(gemm.Linear(dt, act, L.wdown, tmp, T, D, F, stream));
   }
   TS_ENQ(RmsNorm(dt, tmp, out_norm, h, x, T, D, c.norm_eps, stream));
-  LaunchKernel(GatherRowsKernel, n_logit_rows, 128, 0, stream, 
-      static_cast<const uint4*>(h), step_dev + sl.logit_rows, static_cast<uint4*>(hsel),
-      D * static_cast<int>(elt) / 16);
+  LaunchKernel(GatherRowsKernel, n_logit_rows, 128, 0, stream, static_cast<const uint4*>(h),
+               step_dev + sl.logit_rows, static_cast<uint4*>(hsel), D * static_cast<int>(elt) / 16);
   TS_ENQ(cudaGetLastError());
   TS_ENQ(gemm.LinearF32Out(dt, hsel, lm_head, logits_dev, n_logit_rows, c.vocab, D, stream));
   TS_ENQ(cudaMemcpyAsync(logits_host, logits_dev, size_t(n_logit_rows) * c.vocab * 4,
@@ -571,6 +572,13 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
   if (cudaError_t e = cudaSetDevice(c.device); e != cudaSuccess) {
     *error = CudaError("cudaSetDevice", e);
     return false;
+  }
+  if (uploads_pending) {
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+      *error = CudaError("weight upload", e);
+      return false;
+    }
+    uploads_pending = false;
   }
   if (batch.empty()) {
     logits->clear();
@@ -752,8 +760,8 @@ bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64
   cudaError_t e = cudaMemcpy(static_cast<char*>(base) + offset * 2, conv.data(), count * 2,
                              cudaMemcpyHostToDevice);
   // A pageable copy may return before its DMA lands, and Forward's non-blocking stream is not
-  // ordered after the legacy stream: wait here rather than race the first step.
-  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  // ordered after the legacy stream: the next step waits for the device first.
+  m.uploads_pending = true;
   if (e != cudaSuccess) {
     *error = CudaError("weight upload", e);
     return false;

@@ -3,10 +3,12 @@
 // the device stores them): prefill chunks, batched decode, mixed steps, CUDA-graph replay
 // (bit-identical to eager), Quest, and the tiered KV cache (bit-identical to the all-device
 // cache, with hits, misses and bytes moved counted). Skips without a GPU.
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
 
+#include "kernels/cuda/decode_attention.cuh"
 #include "kernels/cuda/device_model.h"
 #include "kernels/cuda/reference/ops_ref.h"
 #include "kernels/cuda/test_util.cuh"
@@ -342,11 +344,19 @@ TEST_F(DeviceModelTest, QuestWithBudgetCoveringTheContextEqualsDense) {
   quest.quest = true;
   quest.budget_pages = 16;  // >= every sequence's pages: every page, in order
   quest.dense_layers = 0;
+  const AttendKernel used = [] {
+    const char* e = std::getenv("TINYSERVE_CUDA_ATTEND");
+    return e != nullptr && std::string(e) == "tensor" ? AttendKernel::kTensorCores
+                                                      : AttendKernel::kCudaCores;
+  }();
+  const int64_t launches0 = AttendKernelLaunches(used);
   const auto dense = RunSchedule(c, w, DeviceAttention{}, nullptr);
   const auto q = RunSchedule(c, w, quest, nullptr);
   ASSERT_EQ(dense.size(), q.size());
   for (size_t i = 0; i < dense.size(); ++i)
     EXPECT_TRUE(testing::AllClose("forward " + std::to_string(i), q[i], dense[i], 1e-3f, 1e-3f));
+  // The attend kernel TINYSERVE_CUDA_ATTEND chose is the one that ran.
+  EXPECT_GT(AttendKernelLaunches(used), launches0) << AttendKernelName(used);
 }
 
 TEST_F(DeviceModelTest, BadInputIsRefused) {

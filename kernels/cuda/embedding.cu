@@ -25,8 +25,7 @@ cudaError_t EmbeddingLookup(DType dtype, const void* table, const int32_t* ids, 
                  (reinterpret_cast<uintptr_t>(out) & 15) == 0,
              "EmbeddingLookup: pointers must be 16-byte aligned");
   LaunchKernel(EmbeddingKernel, rows, 128, 0, stream, static_cast<const uint4*>(table), ids,
-                                            static_cast<uint4*>(out), vocab,
-                                            static_cast<int>(row_bytes / 16));
+               static_cast<uint4*>(out), vocab, static_cast<int>(row_bytes / 16));
   TS_RETURN_LAUNCH_ERROR();
   return cudaSuccess;
 }

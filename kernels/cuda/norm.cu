@@ -82,9 +82,9 @@ cudaError_t RmsNorm(DType dtype, const void* x, const void* weight, void* out, v
   TS_REQUIRE(Aligned16(x) && Aligned16(weight) && Aligned16(out) && Aligned16(residual),
              "RmsNorm: pointers must be 16-byte aligned");
   return TS_DISPATCH_DTYPE16(dtype, T, [&] {
-    LaunchKernel(NormKernel<T, false>, rows, kNormThreads, 0, stream, 
-        static_cast<const T*>(x), static_cast<const T*>(weight), nullptr, static_cast<T*>(out),
-        static_cast<T*>(residual), n, eps);
+    LaunchKernel(NormKernel<T, false>, rows, kNormThreads, 0, stream, static_cast<const T*>(x),
+                 static_cast<const T*>(weight), nullptr, static_cast<T*>(out),
+                 static_cast<T*>(residual), n, eps);
     TS_RETURN_LAUNCH_ERROR();
     return cudaSuccess;
   });
@@ -97,9 +97,9 @@ cudaError_t LayerNorm(DType dtype, const void* x, const void* weight, const void
   TS_REQUIRE(Aligned16(x) && Aligned16(weight) && Aligned16(out) && Aligned16(bias),
              "LayerNorm: pointers must be 16-byte aligned");
   return TS_DISPATCH_DTYPE16(dtype, T, [&] {
-    LaunchKernel(NormKernel<T, true>, rows, kNormThreads, 0, stream, 
-        static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias),
-        static_cast<T*>(out), nullptr, n, eps);
+    LaunchKernel(NormKernel<T, true>, rows, kNormThreads, 0, stream, static_cast<const T*>(x),
+                 static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(out),
+                 nullptr, n, eps);
     TS_RETURN_LAUNCH_ERROR();
     return cudaSuccess;
   });

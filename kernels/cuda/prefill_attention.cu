@@ -122,7 +122,8 @@ cudaError_t PrefillAttention(const PrefillAttentionParams& p, cudaStream_t strea
   const dim3 grid((p.max_q_per_seq + kQTile - 1) / kQTile, p.num_q_heads, p.batch);
   return TS_DISPATCH_DTYPE16(p.dtype, T, [&] {
     return TS_DISPATCH_HEAD_DIM(p.layout.head_dim, kD, [&] {
-      LaunchKernel(PrefillKernel<T, kD>, grid, kPrefillThreads, 0, stream, p, scale * 1.4426950408889634f);
+      LaunchKernel(PrefillKernel<T, kD>, grid, kPrefillThreads, 0, stream, p,
+                   scale * 1.4426950408889634f);
       TS_RETURN_LAUNCH_ERROR();
       return cudaSuccess;
     });

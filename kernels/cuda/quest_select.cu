@@ -195,7 +195,8 @@ template <typename T, int kD>
 cudaError_t Launch(const SelectArgs& a, int batch, cudaStream_t stream) {
   const int hkv = a.layout.num_kv_heads;
   if (a.score_splits > 1) {
-    LaunchKernel(QuestScoreKernel<T, kD>, dim3(a.score_splits, hkv, batch), kSelectThreads, 0, stream, a);
+    LaunchKernel(QuestScoreKernel<T, kD>, dim3(a.score_splits, hkv, batch), kSelectThreads, 0,
+                 stream, a);
     TS_RETURN_LAUNCH_ERROR();
   }
   const size_t smem = sizeof(uint32_t) * std::max(1, a.max_pages);

@@ -116,7 +116,8 @@ cudaError_t ArgmaxRows(DType dtype, const void* logits, int rows, int vocab, int
   TS_REQUIRE(logits && out && rows > 0 && vocab > 0, "ArgmaxRows: bad arguments");
   return DispatchAny(dtype, [&](auto tag) {
     using T = decltype(tag);
-    LaunchKernel(ArgmaxKernel<T>, rows, kSampleThreads, 0, stream, static_cast<const T*>(logits), vocab, out);
+    LaunchKernel(ArgmaxKernel<T>, rows, kSampleThreads, 0, stream, static_cast<const T*>(logits),
+                 vocab, out);
     TS_RETURN_LAUNCH_ERROR();
     return cudaSuccess;
   });
@@ -128,8 +129,8 @@ cudaError_t SoftmaxTopK(DType dtype, const void* logits, int rows, int vocab, fl
   TS_REQUIRE(temperature > 0.f, "SoftmaxTopK: temperature must be > 0");
   return DispatchAny(dtype, [&](auto tag) {
     using T = decltype(tag);
-    LaunchKernel(SoftmaxTopKKernel<T>, rows, kSampleThreads, 0, stream, static_cast<const T*>(logits), vocab,
-                                                              1.f / temperature, top_k, probs);
+    LaunchKernel(SoftmaxTopKKernel<T>, rows, kSampleThreads, 0, stream,
+                 static_cast<const T*>(logits), vocab, 1.f / temperature, top_k, probs);
     TS_RETURN_LAUNCH_ERROR();
     return cudaSuccess;
   });

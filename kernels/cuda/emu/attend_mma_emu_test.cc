@@ -190,8 +190,9 @@ std::vector<Case> Cases() {
   const int gqa[4][2] = {{4, 4}, {9, 3}, {8, 2}, {16, 2}};  // groups 1, 3, 4, 8
   for (const auto& h : gqa)
     for (int P : {8, 16, 32}) {
-      // One token, a partial page, several tiles per warp, pages spanning tiles.
-      const std::vector<int> lens{1, 3 * P + 1, 300};
+      // One token, a partial page, pages spanning tiles, and 520 tokens: at one split that is
+      // 17 tiles of 32 tokens, more than 4 warps x 3 stages, so every warp reuses its stages.
+      const std::vector<int> lens{1, 3 * P + 1, 520};
       v.push_back(Case{h[0], h[1], P, lens, 1, 0});
       v.push_back(Case{h[0], h[1], P, lens, 3, 0});
       v.push_back(Case{h[0], h[1], P, lens, 2, 5});  // page lists of at most 5 pages

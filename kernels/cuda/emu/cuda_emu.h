@@ -31,6 +31,7 @@
 #define __shared__ static
 #define __launch_bounds__(...)
 
+#include <sys/mman.h>
 #include <ucontext.h>
 
 #include <array>
@@ -73,14 +74,23 @@ struct PendingCopy {
   int src_bytes;
 };
 
+// A fiber's stack (TakeStack): mapped with a guard page below it.
+struct StackDeleter {
+  size_t bytes = 0;
+  void operator()(char* p) const { munmap(p - kGuard, bytes + kGuard); }
+  static constexpr size_t kGuard = 4096;
+};
+using Stack = std::unique_ptr<char[], StackDeleter>;
+
 struct Fiber {
   ucontext_t ctx;      // the portable switch (not x86-64)
   void* sp = nullptr;  // the fast switch (x86-64): the saved stack pointer
-  std::unique_ptr<char[]> stack;
+  Stack stack;
   dim3 idx;
   bool done = false;
   std::vector<std::vector<PendingCopy>> groups;  // committed cp.async groups, oldest first
   std::vector<PendingCopy> open;                 // issued since the last commit
+  std::vector<PendingCopy> waited;  // kAtWait: complete, written at this thread's next barrier
 };
 
 struct Runtime {
@@ -179,12 +189,21 @@ inline void CpAsyncCommit() {
   Cur().groups.push_back(std::move(Cur().open));
   Cur().open.clear();
 }
+// kAtWait: a waited group's data is written when this thread next reaches __syncwarp or
+// __syncthreads (not the implicit warp sync inside ldmatrix or mma), so that a read of other
+// threads' copies without a barrier after the wait sees stale data, as it may on a GPU. (It is
+// stricter than CUDA for a thread reading its own copies before a barrier; no kernel here does.)
 inline void CpAsyncWait(int pending) {
-  auto& g = Cur().groups;
-  while (static_cast<int>(g.size()) > pending) {
-    for (const PendingCopy& c : g.front()) DoCopy(c);
-    g.erase(g.begin());
+  Fiber& f = Cur();
+  while (static_cast<int>(f.groups.size()) > pending) {
+    for (const PendingCopy& c : f.groups.front()) f.waited.push_back(c);
+    f.groups.erase(f.groups.begin());
   }
+}
+inline void LandWaitedCopies() {
+  Fiber& f = Cur();
+  for (const PendingCopy& c : f.waited) DoCopy(c);
+  f.waited.clear();
 }
 
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i..8i+7 give the row addresses of
@@ -262,17 +281,24 @@ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   }
 }
 
-// Fiber stacks are kept for the next launch (a model step launches hundreds of grids).
-inline std::vector<std::unique_ptr<char[]>>& StackPool() {
-  static std::vector<std::unique_ptr<char[]>> pool;
+// Fiber stacks: mmap'ed with a guard page below (an overflow faults instead of corrupting the
+// heap), kept for the next launch (a model step launches hundreds of grids).
+inline std::vector<Stack>& StackPool() {
+  static std::vector<Stack> pool;
   return pool;
 }
-inline std::unique_ptr<char[]> TakeStack(size_t bytes) {
+inline Stack TakeStack(size_t bytes) {
   auto& pool = StackPool();
-  if (pool.empty()) return std::unique_ptr<char[]>(new char[bytes]);
-  auto s = std::move(pool.back());
-  pool.pop_back();
-  return s;
+  if (!pool.empty()) {
+    Stack s = std::move(pool.back());
+    pool.pop_back();
+    return s;
+  }
+  void* p = mmap(nullptr, bytes + StackDeleter::kGuard, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) Fail("cannot map a fiber stack");
+  mprotect(p, StackDeleter::kGuard, PROT_NONE);
+  return Stack(static_cast<char*>(p) + StackDeleter::kGuard, StackDeleter{bytes});
 }
 
 // The emulated runtime (cudart_emu.cc): a launch in stream order, or recorded while the stream is
@@ -352,6 +378,7 @@ inline void Launch(dim3 grid, dim3 block, size_t smem_bytes, std::function<void(
           f.done = false;
           f.groups.clear();
           f.open.clear();
+          f.waited.clear();
           f.idx = dim3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
           InitFiber(f, kStack, &rt.scheduler);
         }
@@ -391,14 +418,20 @@ cudaError_t cudaFuncSetAttribute(T* func, cudaFuncAttribute attr, int value) {
   return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value);
 }
 
-inline void __syncthreads() { ts_emu::Arrive(ts_emu::Rt().block_barrier); }
-inline void __syncwarp(unsigned = 0xffffffffu) { ts_emu::SyncWarp(); }
+inline void __syncthreads() {
+  ts_emu::LandWaitedCopies();
+  ts_emu::Arrive(ts_emu::Rt().block_barrier);
+}
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  ts_emu::LandWaitedCopies();
+  ts_emu::SyncWarp();
+}
 
 template <typename T>
 T __shfl_sync(unsigned, T v, int src, int width = 32) {
   const auto all = ts_emu::WarpGather(v);
   const int base = ts_emu::Lane() / width * width;
-  return all[base + (src % width)];
+  return all[base + ((src % width) + width) % width];
 }
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {

@@ -14,9 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <set>
-#include <string>
 
 #include "kernels/cuda/emu/cuda_emu.h"
 #include "kernels/cuda/emu/cublas_emu.h"
@@ -72,12 +70,12 @@ struct CUevent_st {
 namespace ts_emu {
 namespace {
 
+// One host thread uses the emulated device at a time (the engine thread, or a test's).
 struct State {
-  std::mutex mu;
   cudaError_t last_error = cudaSuccess;
   std::set<CUstream_st*> streams;
   std::map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute opt-ins
-  uint64_t launches = 0;
+  std::map<const void*, uint64_t> launches;     // per kernel
 };
 State& St() {
   static State s;
@@ -127,10 +125,11 @@ void EnqueueLaunch(const void* fn, dim3 grid, dim3 block, size_t smem, cudaStrea
     Err(threads > 1024 ? cudaErrorInvalidConfiguration : cudaErrorInvalidValue);
     return;
   }
-  // cp.async copies land at the wait on even launches and at issue on odd ones, so that code
-  // which reads before waiting or overwrites a buffer still in use shows wrong data in one of
-  // the two.
-  const CpAsyncMode mode = (St().launches++ % 2 == 0) ? CpAsyncMode::kAtWait : CpAsyncMode::kAtIssue;
+  // A kernel's cp.async copies land late (at the barrier after the wait) on its even launches
+  // and at issue on its odd ones, so that code which reads before waiting and synchronising, or
+  // overwrites a buffer still in use, shows wrong data in one of the two.
+  const CpAsyncMode mode =
+      St().launches[fn]++ % 2 == 0 ? CpAsyncMode::kAtWait : CpAsyncMode::kAtIssue;
   Enqueue(stream, [grid, block, smem, body = std::move(body), mode] {
     Launch(grid, block, smem, body, mode);
   });
@@ -373,7 +372,7 @@ cublasStatus_t EmuCublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOpe
                                int lda, const void* B, cudaDataType bt, int ldb, const void* beta,
                                void* C, cudaDataType ct, int ldc, cublasComputeType_t,
                                cublasGemmAlgo_t) {
-  if (m <= 0 || n <= 0 || k <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   Enqueue(h->stream, [=] {
     for (int j = 0; j < n; ++j)
