@@ -1,12 +1,13 @@
-// The CUDA runtime API calls TinyServe makes, implemented on the CPU for the emulated build
-// (TINYSERVE_CUDA_EMU: kernels/cuda compiled by the host compiler against emu/cuda_emu.h and
-// linked with this file instead of libcudart). One device; "device" memory is host memory;
-// streams run their work at once, in order, except while captured into a graph, when kernel
-// launches and async copies are recorded and replayed by cudaGraphLaunch (arguments as they were
-// at capture, memory as it is at replay). What CUDA forbids during a global-mode capture
-// (synchronous copies and memsets, allocation, synchronisation) fails with
-// cudaErrorStreamCaptureUnsupported and invalidates the capture, as it does on a GPU. cuBLAS's
-// GemmEx, as gemm.cu uses it, is emulated too (EmuCublas*).
+// The CUDA runtime API calls TinyServe makes, implemented on the CPU for the emulated builds
+// (kernels/cuda sources compiled by the host compiler against emu/cuda_emu.h and linked with this
+// file instead of libcudart). One device; "device" memory is host memory. Streams hold their work
+// until the host waits for it (see Drain), in stream order, with the legacy stream's implicit
+// ordering. While a stream is captured into a graph its kernel launches and async copies are
+// recorded instead, and cudaGraphLaunch enqueues them again (arguments as they were at capture,
+// memory as it is when they run). What CUDA forbids during a global-mode capture (synchronous
+// copies and memsets, allocation, synchronisation) fails with cudaErrorStreamCaptureUnsupported
+// and invalidates the capture, as on a GPU. cuBLAS's GemmEx, as gemm.cu uses it, is emulated too
+// (EmuCublas*).
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <set>
+#include <memory>
 
 #include "kernels/cuda/emu/cuda_emu.h"
 #include "kernels/cuda/emu/cublas_emu.h"
@@ -53,9 +54,11 @@ ts_emu_switch:
 #endif
 
 struct CUstream_st {
+  bool non_blocking = false;  // cudaStreamNonBlocking: not ordered with the legacy stream
   bool capturing = false;
   bool capture_invalid = false;
   std::vector<std::function<void()>> captured;
+  std::vector<std::function<void()>> pending;  // enqueued, not yet run
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> nodes;
@@ -73,7 +76,8 @@ namespace {
 // One host thread uses the emulated device at a time (the engine thread, or a test's).
 struct State {
   cudaError_t last_error = cudaSuccess;
-  std::set<CUstream_st*> streams;
+  CUstream_st legacy;                       // the default (null) stream
+  std::vector<CUstream_st*> streams;        // created streams, in creation order
   std::map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute opt-ins
   std::map<const void*, uint64_t> launches;     // per kernel
 };
@@ -86,6 +90,8 @@ cudaError_t Err(cudaError_t e) {
   St().last_error = e;
   return e;
 }
+
+CUstream_st* Resolve(cudaStream_t s) { return s != nullptr ? s : &St().legacy; }
 
 // A global-mode capture is under way on some stream.
 CUstream_st* Capturing() {
@@ -102,12 +108,39 @@ bool ForbiddenDuringCapture() {
   return false;
 }
 
+// Streams run their work only when the host waits for it (a stream or device synchronisation,
+// a synchronous copy out, an event wait, a free), as a GPU may: a host read of results before
+// the wait, or a host write to a buffer an enqueued copy has yet to read, shows.
+void Drain(CUstream_st* s) {
+  while (!s->pending.empty()) {
+    std::vector<std::function<void()>> ops;
+    ops.swap(s->pending);
+    for (auto& op : ops) op();
+  }
+}
+void DrainAll() {
+  Drain(&St().legacy);
+  for (CUstream_st* s : St().streams) Drain(s);
+}
+// The legacy stream's implicit ordering: its work waits for every blocking stream's, and a
+// blocking stream's waits for the legacy stream's; non-blocking streams are ordered with neither.
+void OrderWithLegacy(CUstream_st* s) {
+  if (s == &St().legacy) {
+    for (CUstream_st* o : St().streams)
+      if (!o->non_blocking) Drain(o);
+  } else if (!s->non_blocking) {
+    Drain(&St().legacy);
+  }
+}
+
 void Enqueue(cudaStream_t stream, std::function<void()> op) {
-  if (stream != nullptr && stream->capturing) {
-    stream->captured.push_back(std::move(op));
+  CUstream_st* s = Resolve(stream);
+  if (s->capturing) {
+    s->captured.push_back(std::move(op));
     return;
   }
-  op();
+  OrderWithLegacy(s);
+  s->pending.push_back(std::move(op));
 }
 
 }  // namespace
@@ -215,6 +248,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* ptr) {
+  ts_emu::DrainAll();  // cudaFree synchronises the device
   std::free(ptr);
   return cudaSuccess;
 }
@@ -223,6 +257,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
 }
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaMalloc(ptr, bytes); }
 cudaError_t cudaFreeHost(void* ptr) {
+  ts_emu::DrainAll();
   std::free(ptr);
   return cudaSuccess;
 }
@@ -231,9 +266,20 @@ cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned int) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+// On the legacy stream. Host to device it may return before the data lands (CUDA stages a
+// pageable source and lets the DMA finish later): the source is copied now and lands with the
+// legacy stream's next work, so a kernel on a non-blocking stream that does not wait for it reads
+// the old contents. Other directions return when done.
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (ts_emu::ForbiddenDuringCapture()) return ts_emu::Err(cudaErrorStreamCaptureUnsupported);
-  std::memmove(dst, src, bytes);
+  if (kind == cudaMemcpyHostToDevice) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+    ts_emu::Enqueue(nullptr, [=] { std::memcpy(dst, staged->data(), bytes); });
+    return cudaSuccess;
+  }
+  ts_emu::Enqueue(nullptr, [=] { std::memmove(dst, src, bytes); });
+  ts_emu::Drain(&St().legacy);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
@@ -241,9 +287,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   ts_emu::Enqueue(stream, [=] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
 }
+// Asynchronous to the host on device memory (the legacy stream), like cudaMemset.
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   if (ts_emu::ForbiddenDuringCapture()) return ts_emu::Err(cudaErrorStreamCaptureUnsupported);
-  std::memset(dst, value, bytes);
+  ts_emu::Enqueue(nullptr, [=] { std::memset(dst, value, bytes); });
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
@@ -251,25 +298,30 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   *stream = new CUstream_st;
-  St().streams.insert(*stream);
+  (*stream)->non_blocking = (flags & cudaStreamNonBlocking) != 0;
+  St().streams.push_back(*stream);
   return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
-  return cudaStreamCreate(stream);
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  St().streams.erase(stream);
+  ts_emu::Drain(stream);  // its work still completes
+  auto& v = St().streams;
+  v.erase(std::remove(v.begin(), v.end(), stream), v.end());
   delete stream;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (ts_emu::ForbiddenDuringCapture()) return ts_emu::Err(cudaErrorStreamCaptureUnsupported);
+  ts_emu::Drain(ts_emu::Resolve(stream));
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
   if (ts_emu::ForbiddenDuringCapture()) return ts_emu::Err(cudaErrorStreamCaptureUnsupported);
+  ts_emu::DrainAll();
   return cudaSuccess;
 }
 
@@ -320,7 +372,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   ts_emu::Enqueue(stream, [event] { event->t = std::chrono::steady_clock::now(); });
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  ts_emu::DrainAll();
+  return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   *ms = std::chrono::duration<float, std::milli>(end->t - start->t).count();
   return cudaSuccess;
