@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/launch_status.cuh"
 
 namespace tinyserve::cuda::bench {
 
@@ -41,7 +42,7 @@ __global__ void FillUniformKernel(T* out, int64_t n, uint64_t seed, float scale)
 
 template <typename T>
 inline void FillUniform(T* out, int64_t n, uint64_t seed, float scale, cudaStream_t s = nullptr) {
-  FillUniformKernel<T><<<2048, 256, 0, s>>>(out, n, seed, scale);
+  LaunchKernel(FillUniformKernel<T>, 2048, 256, 0, s, out, n, seed, scale);
   TS_CUDA_CHECK(cudaGetLastError());
 }
 

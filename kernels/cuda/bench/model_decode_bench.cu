@@ -8,6 +8,9 @@
 //
 // Usage: cuda_model_decode_bench --out FILE [--context 8000] [--batches 1,8] [--steps 32]
 //                                [--max-seconds S]   (no new configuration starts after S)
+//                                [--smoke]  (2 layers, vocab 512, budget 64: the code paths at a
+//                                            size the CPU CUDA emulator runs in CI)
+// Exits 1 when a configuration fails.
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -20,15 +23,15 @@
 namespace tinyserve::cuda::bench {
 namespace {
 
-DeviceModelConfig Shape(int context, int batch) {
+DeviceModelConfig Shape(int context, int batch, bool smoke) {
   DeviceModelConfig c;
-  c.n_layers = 30;
+  c.n_layers = smoke ? 2 : 30;
   c.dim = 576;
   c.n_heads = 9;
   c.n_kv_heads = 3;
   c.head_dim = 64;
   c.ffn_dim = 1536;
-  c.vocab = 49152;
+  c.vocab = smoke ? 512 : 49152;
   c.rope_theta = 100000.f;
   c.rope_adjacent = true;
   c.page_size = 16;
@@ -65,28 +68,32 @@ bool Load(DeviceModel& m, const DeviceModelConfig& c) {
   return ok;
 }
 
-void Run(JsonLines& out, int context, int batch, int steps, const char* mode) {
+bool Run(JsonLines& out, int context, int batch, int steps, const char* mode, bool smoke) {
   const bool quest = std::string(mode) != "dense", tiered = std::string(mode) == "quest-tiered";
-  const int budget = 1024;
-  DeviceModelConfig c = Shape(context, batch);
-  if (tiered) c.device_pages = batch * c.n_kv_heads * (budget / c.page_size);
+  const int budget = smoke ? 64 : 1024;
+  DeviceModelConfig c = Shape(context, batch, smoke);
+  if (tiered) {
+    c.device_pages = batch * c.n_kv_heads * (budget / c.page_size);
+    c.resident_layers = smoke ? 1 : 2;  // the dense layers stay on the device
+  }
   std::string err;
   auto m = DeviceModel::Create(c, &err);
   if (!m || !Load(*m, c)) {
     std::fprintf(stderr, "%s: %s\n", mode, err.c_str());
-    return;
+    return false;
   }
   std::mt19937 rng(2);
   std::uniform_int_distribution<int> tok(0, c.vocab - 1);
   std::vector<std::vector<int32_t>> tokens(batch), pages(batch);
   for (int b = 0; b < batch; ++b) {
-    for (int i = 0; i < context + steps; ++i) tokens[b].push_back(tok(rng));
+    // The decode loop runs steps + 2 steps (an eager step and a capture first).
+    for (int i = 0; i < context + steps + 2; ++i) tokens[b].push_back(tok(rng));
     for (int p = 0; p < c.max_pages_per_seq; ++p) pages[b].push_back(b * c.max_pages_per_seq + p);
   }
   DeviceAttention att;
   att.quest = quest;
   att.budget_pages = budget / c.page_size;
-  att.dense_layers = 2;
+  att.dense_layers = smoke ? 1 : 2;
   std::vector<float> logits;
   auto seq = [&](int b, int64_t pos, int n) {
     DeviceSeq s;
@@ -103,7 +110,7 @@ void Run(JsonLines& out, int context, int batch, int steps, const char* mode) {
     for (int pos = 0; pos < context; pos += 512)
       if (!m->Forward({seq(b, pos, std::min(512, context - pos))}, &logits, &err)) {
         std::fprintf(stderr, "prefill: %s\n", err.c_str());
-        return;
+        return false;
       }
   DeviceStepStats sum;
   double seconds = 0;
@@ -113,7 +120,7 @@ void Run(JsonLines& out, int context, int batch, int steps, const char* mode) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!m->Forward(step, &logits, &err)) {
       std::fprintf(stderr, "decode: %s\n", err.c_str());
-      return;
+      return false;
     }
     if (s < 2) continue;  // eager run and graph capture
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -134,6 +141,7 @@ void Run(JsonLines& out, int context, int batch, int steps, const char* mode) {
             mode, batch, context, quest ? budget : 0, steps, 1000 * seconds / steps,
             batch * steps / seconds, double(sum.pages_attended) / double(std::max<int64_t>(1, sum.pages_total)),
             c.device_pages, hit, double(sum.bytes_moved) / steps, double(sum.bytes_direct) / steps);
+  return true;
 }
 
 }  // namespace
@@ -152,14 +160,16 @@ int main(int argc, char** argv) {
   const int steps = ss.empty() ? 32 : std::atoi(ss.c_str());
   const std::string max_s = Arg(argc, argv, "--max-seconds");
   const double limit = max_s.empty() ? 1e9 : std::atof(max_s.c_str());
+  const bool smoke = Flag(argc, argv, "--smoke");
   const auto t0 = std::chrono::steady_clock::now();
+  bool ok = true;
   for (int b : IntList(Arg(argc, argv, "--batches"), {1, 8}))
     for (const char* mode : {"dense", "quest", "quest-tiered"}) {
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit) {
         std::fprintf(stderr, "time limit reached; stopping\n");
-        return 0;
+        return ok ? 0 : 1;
       }
-      Run(out, context, b, steps, mode);
+      ok = Run(out, context, b, steps, mode, smoke) && ok;
     }
-  return 0;
+  return ok ? 0 : 1;
 }
