@@ -6,6 +6,8 @@
 // exceed the L2 several times. Writes JSON lines to --out.
 //
 // Usage: cuda_attention_bench --out FILE [--quick] [--max-seconds S]
+//        [--smoke]  (context 3000, batches 1 and 2, one repetition, a small copy: the code paths
+//                    at a size the CPU CUDA emulator runs in CI)
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -41,13 +43,14 @@ struct Geometry {
   int hq, hkv, d;
 };
 
-double CopyBandwidthGBs(JsonLines& out) {
-  const size_t bytes = size_t(2) << 30;
+int g_warmup = 3;  // launches before the timed ones (1 with --smoke)
+
+double CopyBandwidthGBs(JsonLines& out, size_t bytes) {
   void *a = nullptr, *b = nullptr;
   TS_CUDA_CHECK(cudaMalloc(&a, bytes));
   TS_CUDA_CHECK(cudaMalloc(&b, bytes));
   FillUniform(static_cast<T*>(a), bytes / 2, 1, 1.f);
-  const double ms = MedianMs(nullptr, 3, 15, [&](int i) {
+  const double ms = MedianMs(nullptr, g_warmup, g_warmup == 3 ? 15 : 1, [&](int i) {
     TS_CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice));
   });
   const double gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
@@ -79,7 +82,8 @@ void RunConfig(JsonLines& out, const Geometry& g, int batch, int context,
   FillUniform(k, lay.KvElements(), 11, 1.f);
   FillUniform(v, lay.KvElements(), 12, 1.f);
   FillUniform(q, q_elems * sets, 13, 1.f);
-  FullPageBoxKernel<<<4096, g.d, 0>>>(k, kmin, kmax, int64_t{pages} * g.hkv, kPage, g.d);
+  LaunchKernel(FullPageBoxKernel, 4096, g.d, 0, nullptr, k, kmin, kmax, int64_t{pages} * g.hkv,
+               kPage, g.d);
   TS_CUDA_CHECK(cudaGetLastError());
   // Tables: set r owns pages [r*batch*n, (r+1)*batch*n), shuffled inside the set.
   std::mt19937 rng(context + batch);
@@ -139,7 +143,7 @@ void RunConfig(JsonLines& out, const Geometry& g, int batch, int context,
   for (AttendKernel ak : {AttendKernel::kCudaCores, AttendKernel::kTensorCores}) {
     const bool tc = ak == AttendKernel::kTensorCores;
     base.attend_kernel = ak;
-    const double dense_ms = MedianMs(nullptr, 3, reps, [&](int i) {
+    const double dense_ms = MedianMs(nullptr, g_warmup, reps, [&](int i) {
       TS_CUDA_CHECK(DenseDecodeAttention(for_set(base, i), nullptr));
     });
     out.Write("{\"kind\":\"decode_attn\",\"geom\":\"%s\",\"hq\":%d,\"hkv\":%d,\"d\":%d,"
@@ -152,10 +156,10 @@ void RunConfig(JsonLines& out, const Geometry& g, int batch, int context,
       p.budget_pages = bt / kPage;
       if (p.budget_pages >= n) continue;  // the budget covers the context: the dense path
       if (tc && bt != 2048) continue;
-      const double total_ms = MedianMs(nullptr, 3, reps, [&](int i) {
+      const double total_ms = MedianMs(nullptr, g_warmup, reps, [&](int i) {
         TS_CUDA_CHECK(QuestDecodeAttention(for_set(p, i), nullptr));
       });
-      const double select_ms = MedianMs(nullptr, 3, reps, [&](int i) {
+      const double select_ms = MedianMs(nullptr, g_warmup, reps, [&](int i) {
         TS_CUDA_CHECK(QuestSelectOnly(for_set(p, i), nullptr));
       });
       const double sel_tokens = std::min(len, p.budget_pages * kPage);
@@ -185,7 +189,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   JsonLines out(Arg(argc, argv, "--out"));
-  const bool quick = Flag(argc, argv, "--quick");
+  const bool quick = Flag(argc, argv, "--quick"), smoke = Flag(argc, argv, "--smoke");
+  if (smoke) g_warmup = 1;
   const std::string max_s = Arg(argc, argv, "--max-seconds");
   const double limit = max_s.empty() ? 1e9 : std::atof(max_s.c_str());
   const auto t0 = std::chrono::steady_clock::now();
@@ -196,11 +201,15 @@ int main(int argc, char** argv) {
   TS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   out.Write("{\"kind\":\"device\",\"name\":\"%s\",\"sms\":%d,\"l2_bytes\":%d}", prop.name,
             prop.multiProcessorCount, prop.l2CacheSize);
-  CopyBandwidthGBs(out);
+  CopyBandwidthGBs(out, smoke ? size_t(16) << 20 : size_t(2) << 30);
   const Geometry geoms[] = {{"smollm2", 9, 3, 64}, {"7b", 32, 8, 128}};
   const std::vector<int> contexts =
-      quick ? std::vector<int>{8192, 32768} : std::vector<int>{4096, 8192, 32768, 131072};
-  const std::vector<int> batches = quick ? std::vector<int>{1, 16} : std::vector<int>{1, 16, 64};
+      smoke   ? std::vector<int>{3000}
+      : quick ? std::vector<int>{8192, 32768}
+              : std::vector<int>{4096, 8192, 32768, 131072};
+  const std::vector<int> batches = smoke   ? std::vector<int>{1, 2}
+                                   : quick ? std::vector<int>{1, 16}
+                                           : std::vector<int>{1, 16, 64};
   const std::vector<int> budgets = {256, 512, 1024, 2048, 4096};
   const double max_bytes = 24e9;  // keep every configuration (with its rotation) under ~24 GB
   for (const Geometry& g : geoms)
@@ -212,7 +221,7 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "time limit reached; stopping the sweep\n");
           return 0;
         }
-        RunConfig(out, g, b, ctx, budgets, quick ? 10 : 20);
+        RunConfig(out, g, b, ctx, budgets, smoke ? 1 : quick ? 10 : 20);
       }
   return 0;
 }
