@@ -49,20 +49,35 @@ GenerateRequest Greedy(const Engine& e, const std::string& text, int max_tokens)
 }
 
 // The same greedy tokens as the CPU engine. The GPU path runs f16 weights and activations where
-// the CPU runs f32, so a near-tie could flip a token. On the emulator the first 24 agree; the
-// emulator rounds to f16 where the GPU does but sums in another order (and its exp is exact), so
-// on a GPU this is the check most likely to need a look if it fails (compare logits first).
+// the CPU runs f32, in another summation order, so on this random model a near-tie may go the
+// other way: the tokens must agree up to the first difference, and there the GPU's token must be
+// the CPU's runner-up within 0.05 nats of its top (after that the paths differ). On the emulator
+// all 24 agree.
 TEST(EngineCuda, GreedyMatchesTheCpuEngine) {
   MAKE_OR_SKIP(e, Options());
   EngineOptions cpu_options = Options();
   cpu_options.device = "cpu";
-  const std::vector<int32_t> want = RunEachAlone(cpu_options, {kPrompts[0]}, 24, true).at(0);
-  ASSERT_EQ(want.size(), 24u);
+  auto cpu_engine = Engine::Create(cpu_options);
+  ASSERT_TRUE(cpu_engine.ok()) << cpu_engine.status();
+  GenerateRequest with_alternatives = Greedy(**cpu_engine, kPrompts[0], 24);
+  with_alternatives.sampling.logprobs = 2;
+  auto cpu = std::make_shared<CollectSink>();
+  ASSERT_TRUE((*cpu_engine)->Submit(with_alternatives, cpu).ok());
+  (*cpu_engine)->RunUntilIdle();
+  ASSERT_EQ(cpu->ids.size(), 24u);
   auto sink = std::make_shared<CollectSink>();
   ASSERT_TRUE(e->Submit(Greedy(*e, kPrompts[0], 24), sink).ok());
   e->RunUntilIdle();
   ASSERT_TRUE(sink->status.ok()) << sink->status;
-  EXPECT_EQ(sink->ids, want);
+  ASSERT_EQ(sink->ids.size(), 24u);
+  for (size_t i = 0; i < 24; ++i) {
+    if (sink->ids[i] == cpu->ids[i]) continue;
+    const auto& alts = cpu->top_lists[i];
+    ASSERT_EQ(alts.size(), 2u);
+    EXPECT_EQ(sink->ids[i], alts[1].id) << "token " << i << " is not the CPU's runner-up";
+    EXPECT_LT(alts[0].logprob - alts[1].logprob, 0.05f) << "token " << i << " was no near-tie";
+    break;
+  }
   EXPECT_EQ(e->Stats().kv_pages_used, 0);
 }
 

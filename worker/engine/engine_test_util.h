@@ -22,6 +22,7 @@ class CollectSink : public RequestSink {
       text += t.text;
       logprobs.push_back(t.logprob);
       tops.push_back(t.top.size());
+      top_lists.push_back(t.top);
     }
   }
   void OnFinish(FinishReason r, const RequestUsage& u, absl::Status s) override {
@@ -35,6 +36,7 @@ class CollectSink : public RequestSink {
   std::string text;
   std::vector<float> logprobs;
   std::vector<size_t> tops;
+  std::vector<std::vector<TokenLogprob>> top_lists;  // the top-n alternatives per token
   FinishReason reason = FinishReason::kError;
   RequestUsage usage;
   absl::Status status;
