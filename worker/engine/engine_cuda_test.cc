@@ -19,8 +19,7 @@ using engine_testing::CollectSink;
 using engine_testing::RunEachAlone;
 using engine_testing::RunTogether;
 
-const std::vector<std::string> kPrompts = {"Once upon a time", "Lily and Ben", "The dog",
-                                          "One day, a little bird"};
+using engine_testing::kPrompts;
 
 EngineOptions Options() {
   EngineOptions o;
@@ -121,9 +120,7 @@ TEST(EngineCuda, BatchedQuestAndTieredGiveTheSameTokens) {
 TEST(EngineCuda, PrefixCacheAndPreemptionKeepTheTokens) {
   EngineOptions o = Options();
   MAKE_OR_SKIP(e, o);
-  const std::string prefix =
-      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
-      "park. One day, she saw a big, red ball.";
+  const std::string& prefix = engine_testing::kSharedPrefix;
   auto first = std::make_shared<CollectSink>(), second = std::make_shared<CollectSink>();
   ASSERT_TRUE(e->Submit(Greedy(*e, prefix + " She", 20), first).ok());
   e->RunUntilIdle();

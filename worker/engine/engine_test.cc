@@ -51,8 +51,7 @@ TEST(Engine, Stories260kGreedyMatchesLlamaCppAndLlama2c) {
 }
 
 TEST(Engine, BatchedSequencesGiveTheSameTokensAsEachAlone) {
-  const std::vector<std::string> prompts = {"Once upon a time", "Lily and Ben", "The dog",
-                                            "One day, a little bird"};
+  const std::vector<std::string>& prompts = engine_testing::kPrompts;
   for (const std::string policy : {"dense", "quest"}) {
     EngineOptions o = Options();
     o.default_selection.policy = policy;
@@ -107,9 +106,7 @@ TEST(Engine, SeedsStopStringsStopIdsAndLogprobs) {
 
 TEST(Engine, PrefixCacheHitsAndGivesTheSameTokens) {
   auto e = MakeEngine();
-  const std::string prefix =
-      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
-      "park. One day, she saw a big, red ball.";
+  const std::string& prefix = engine_testing::kSharedPrefix;
   auto first = std::make_shared<CollectSink>(), second = std::make_shared<CollectSink>();
   ASSERT_TRUE(e->Submit(Greedy(*e, prefix + " She", 20), first).ok());
   e->RunUntilIdle();
@@ -126,8 +123,7 @@ TEST(Engine, PreemptionUnderPagePressureKeepsOutputs) {
   EngineOptions o = Options();
   o.kv_pages = 12;  // 192 tokens for 4 sequences of ~110 tokens: someone must be preempted
   o.prefix_caching = false;
-  const std::vector<std::string> prompts = {"Once upon a time", "Lily and Ben", "The dog",
-                                            "One day, a little bird"};
+  const std::vector<std::string>& prompts = engine_testing::kPrompts;
   const auto alone = RunEachAlone(o, prompts, 100);
   auto e = MakeEngine(o);
   const auto sinks = RunTogether(*e, prompts, 100);

@@ -13,6 +13,13 @@
 
 namespace tinyserve::engine_testing {
 
+// Four short story openings, and a two-sentence prefix for the prefix-cache tests.
+inline const std::vector<std::string> kPrompts = {"Once upon a time", "Lily and Ben", "The dog",
+                                                  "One day, a little bird"};
+inline const std::string kSharedPrefix =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+    "park. One day, she saw a big, red ball.";
+
 class CollectSink : public RequestSink {
  public:
   void OnTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage&) override {

@@ -184,19 +184,11 @@ void RunConfig(JsonLines& out, const Geometry& g, int batch, int context,
 int main(int argc, char** argv) {
   using namespace tinyserve::cuda;
   using namespace tinyserve::cuda::bench;
-  if (CudaDeviceCount() == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 2;
-  }
+  if (!HaveDevice()) return 2;
   JsonLines out(Arg(argc, argv, "--out"));
   const bool quick = Flag(argc, argv, "--quick"), smoke = Flag(argc, argv, "--smoke");
   if (smoke) g_warmup = 1;
-  const std::string max_s = Arg(argc, argv, "--max-seconds");
-  const double limit = max_s.empty() ? 1e9 : std::atof(max_s.c_str());
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  const Deadline deadline(argc, argv);
   cudaDeviceProp prop;
   TS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   out.Write("{\"kind\":\"device\",\"name\":\"%s\",\"sms\":%d,\"l2_bytes\":%d}", prop.name,
@@ -217,7 +209,7 @@ int main(int argc, char** argv) {
       for (int b : batches) {
         const double kv = double(b) * ctx * 2.0 * g.hkv * g.d * 2;
         if (kv > max_bytes) continue;
-        if (elapsed() > limit) {
+        if (deadline.Passed()) {
           std::fprintf(stderr, "time limit reached; stopping the sweep\n");
           return 0;
         }

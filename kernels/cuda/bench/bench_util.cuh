@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -114,6 +115,30 @@ inline std::string Arg(int argc, char** argv, const char* name) {
 inline bool Flag(int argc, char** argv, const char* name) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return true;
+  return false;
+}
+
+// --max-seconds S of a benchmark: Passed() once S seconds have gone since construction (never
+// without the flag).
+class Deadline {
+ public:
+  Deadline(int argc, char** argv)
+      : limit_(std::atof(Arg(argc, argv, "--max-seconds").c_str())),
+        t0_(std::chrono::steady_clock::now()) {}
+  bool Passed() const {
+    return limit_ > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count() > limit_;
+  }
+
+ private:
+  double limit_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// False (and says so on stderr) without a CUDA device: the benchmarks then exit 2.
+inline bool HaveDevice() {
+  if (CudaDeviceCount() > 0) return true;
+  std::fprintf(stderr, "no CUDA device\n");
   return false;
 }
 

@@ -268,10 +268,7 @@ void RunConfig(JsonLines& out, CublasGemm& gemm, int batch, int context, int bud
 int main(int argc, char** argv) {
   using namespace tinyserve::cuda;
   using namespace tinyserve::cuda::bench;
-  if (CudaDeviceCount() == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 2;
-  }
+  if (!HaveDevice()) return 2;
   JsonLines out(Arg(argc, argv, "--out"));
   const auto contexts = IntList(Arg(argc, argv, "--contexts"), {8192, 32768});
   const auto batches = IntList(Arg(argc, argv, "--batches"), {1, 16});

@@ -150,22 +150,17 @@ bool Run(JsonLines& out, int context, int batch, int steps, const char* mode, bo
 int main(int argc, char** argv) {
   using namespace tinyserve::cuda;
   using namespace tinyserve::cuda::bench;
-  if (CudaDeviceCount() == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 2;
-  }
+  if (!HaveDevice()) return 2;
   JsonLines out(Arg(argc, argv, "--out"));
   const std::string cs = Arg(argc, argv, "--context"), ss = Arg(argc, argv, "--steps");
   const int context = cs.empty() ? 8000 : std::atoi(cs.c_str());
   const int steps = ss.empty() ? 32 : std::atoi(ss.c_str());
-  const std::string max_s = Arg(argc, argv, "--max-seconds");
-  const double limit = max_s.empty() ? 1e9 : std::atof(max_s.c_str());
   const bool smoke = Flag(argc, argv, "--smoke");
-  const auto t0 = std::chrono::steady_clock::now();
+  const Deadline deadline(argc, argv);
   bool ok = true;
   for (int b : IntList(Arg(argc, argv, "--batches"), {1, 8}))
     for (const char* mode : {"dense", "quest", "quest-tiered"}) {
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit) {
+      if (deadline.Passed()) {
         std::fprintf(stderr, "time limit reached; stopping\n");
         return ok ? 0 : 1;
       }
