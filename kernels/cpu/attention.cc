@@ -1,13 +1,15 @@
 #include "kernels/cpu/attention.h"
 
-#include "kernels/cpu/simd_math.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
+
+#include "kernels/cpu/simd_math.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -53,84 +55,246 @@ __attribute__((target("avx2,fma"))) inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// dot(q, k) with k in fp16; d % 8 == 0.
-__attribute__((target("avx2,fma,f16c"))) inline float DotF16(const float* q, const fp16_t* k,
-                                                             int d) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 16 <= d; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i),
-                           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i))),
-                           acc0);
-    acc1 = _mm256_fmadd_ps(
-        _mm256_loadu_ps(q + i + 8),
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i + 8))), acc1);
-  }
-  for (; i < d; i += 8)
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i),
-                           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i))),
-                           acc0);
-  return HorizontalSum(_mm256_add_ps(acc0, acc1));
-}
-
-// acc[d] = acc[d] * c + w * v[d] with v in fp16.
-__attribute__((target("avx2,fma,f16c"))) inline void AxpyF16(float* acc, float w,
-                                                             const fp16_t* v, int d) {
-  const __m256 wv = _mm256_set1_ps(w);
-  for (int i = 0; i < d; i += 8) {
-    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, x, _mm256_loadu_ps(acc + i)));
-  }
-}
-
-// dot(q, k) with k in int8 (unscaled); d % 8 == 0.
-__attribute__((target("avx2,fma"))) inline float DotI8(const float* q, const int8_t* k, int d) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 16 <= d; i += 16) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i));
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
-                           acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8),
-                           _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), acc1);
-  }
-  for (; i < d; i += 8)
-    acc0 = _mm256_fmadd_ps(
-        _mm256_loadu_ps(q + i),
-        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(k + i)))),
-        acc0);
-  return HorizontalSum(_mm256_add_ps(acc0, acc1));
-}
-
-// acc[d] += w * v[d] with v in int8 (w carries the scale).
-__attribute__((target("avx2,fma"))) inline void AxpyI8(float* acc, float w, const int8_t* v,
-                                                       int d) {
-  const __m256 wv = _mm256_set1_ps(w);
-  for (int i = 0; i < d; i += 8) {
-    __m256 x = _mm256_cvtepi32_ps(
-        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + i))));
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, x, _mm256_loadu_ps(acc + i)));
-  }
-}
-
-__attribute__((target("avx2,fma"))) inline void ScaleRow(float* acc, float c, int d) {
-  const __m256 cv = _mm256_set1_ps(c);
-  for (int i = 0; i < d; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(cv, _mm256_loadu_ps(acc + i)));
-}
 #endif
 
-inline float DotF16Scalar(const float* q, const fp16_t* k, int d) {
-  float s = 0;
-  for (int i = 0; i < d; ++i) s += q[i] * Fp16ToFloat(k[i]);
-  return s;
+// Block kernels of the SIMD path: a block of up to kBlock tokens of one span against G query
+// heads at once, so each K and V row is loaded and widened once for the whole GQA group.
+#if defined(__x86_64__)
+struct F16Rows {
+  using T = fp16_t;
+  __attribute__((target("avx2,fma,f16c"))) static __m256 Load(const fp16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+struct I8Rows {
+  using T = int8_t;
+  __attribute__((target("avx2,fma"))) static __m256 Load(const int8_t* p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+};
+
+// r[t] = the sum of the lanes of v[t], t < 8.
+__attribute__((target("avx2,fma"))) inline __m256 Transpose8Sum(const __m256* v) {
+  const __m256 a01 = _mm256_hadd_ps(v[0], v[1]), a23 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 a45 = _mm256_hadd_ps(v[4], v[5]), a67 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 b0 = _mm256_hadd_ps(a01, a23), b1 = _mm256_hadd_ps(a45, a67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
 }
 
-inline float DotI8Scalar(const float* q, const int8_t* k, int d) {
-  float s = 0;
-  for (int i = 0; i < d; ++i) s += q[i] * static_cast<float>(k[i]);
-  return s;
+// Rows of the next span, pulled into L2 one row per row computed now: a sequence's pages are
+// scattered (2 KB of one head's K per page at d = 64), which the hardware prefetchers do not
+// follow, and prefetching a whole span at once stalls on the line fill buffers.
+struct RowPrefetch {
+  const char* base = nullptr;
+  int row_bytes = 0, rows = 0;
+  void Row(int r) const {
+    if (r >= rows) return;
+    const char* p = base + static_cast<size_t>(r) * row_bytes;
+    // An asm statement: GCC 12 drops _mm_prefetch here (the early return and the row offset
+    // together make it treat the loop as dead).
+    for (int o = 0; o < row_bytes; o += 64) __asm__ volatile("prefetcht1 %0" : : "m"(p[o]));
+  }
+};
+
+// s[g][j] = scale * (q_g · k_j) for g < G, j < nb (nb <= kBlock; s rows are written 8 at a time,
+// so up to the next multiple of 8). q [G][d], k [nb][d], d % 8 == 0. Prefetches rows
+// row0 + j of pf.
+template <int G, class R>
+__attribute__((target("avx2,fma,f16c"))) void BlockScores(const float* q, int d,
+                                                          const typename R::T* k, int nb,
+                                                          float scale, float (*s)[kBlock],
+                                                          const RowPrefetch& pf, int row0) {
+  constexpr int A = G <= 4 ? 2 : 1;  // accumulators per head: shorter FMA chains
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int j0 = 0; j0 < nb; j0 += 8) {
+    __m256 part[G][8];
+    for (int t = 0; t < 8; ++t) {
+      __m256 acc[A][G];
+      for (int a = 0; a < A; ++a)
+        for (int g = 0; g < G; ++g) acc[a][g] = _mm256_setzero_ps();
+      if (j0 + t < nb) {
+        pf.Row(row0 + j0 + t);
+        const typename R::T* row = k + static_cast<size_t>(j0 + t) * d;
+        int i = 0;
+        for (; i + 8 * A <= d; i += 8 * A)
+          for (int a = 0; a < A; ++a) {
+            const __m256 kv = R::Load(row + i + 8 * a);
+            for (int g = 0; g < G; ++g)
+              acc[a][g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + i + 8 * a), kv, acc[a][g]);
+          }
+        for (; i < d; i += 8) {
+          const __m256 kv = R::Load(row + i);
+          for (int g = 0; g < G; ++g)
+            acc[0][g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + i), kv, acc[0][g]);
+        }
+      }
+      for (int g = 0; g < G; ++g)
+        part[g][t] = A == 2 ? _mm256_add_ps(acc[0][g], acc[A - 1][g]) : acc[0][g];
+    }
+    for (int g = 0; g < G; ++g)
+      _mm256_storeu_ps(s[g] + j0, _mm256_mul_ps(sc, Transpose8Sum(part[g])));
+  }
 }
+
+// out_g += sum_j w[g][j] * v_j for g < G, j < nb. v [nb][d], out [G][d], d % 8 == 0. The
+// accumulators of S column vectors of every head stay in registers across the block.
+template <int G, int S, class R>
+__attribute__((target("avx2,fma,f16c"))) void BlockAccumulateCols(const float (*w)[kBlock], int nb,
+                                                                  const typename R::T* v, int d,
+                                                                  int i0, float* out,
+                                                                  const RowPrefetch& pf, int row0) {
+  __m256 acc[G][S];
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < S; ++c) acc[g][c] = _mm256_loadu_ps(out + g * d + i0 + 8 * c);
+  for (int j = 0; j < nb; ++j) {
+    pf.Row(row0 + j);
+    const typename R::T* row = v + static_cast<size_t>(j) * d + i0;
+    __m256 x[S];
+    for (int c = 0; c < S; ++c) x[c] = R::Load(row + 8 * c);
+    for (int g = 0; g < G; ++g) {
+      const __m256 wv = _mm256_broadcast_ss(&w[g][j]);
+      for (int c = 0; c < S; ++c) acc[g][c] = _mm256_fmadd_ps(wv, x[c], acc[g][c]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < S; ++c) _mm256_storeu_ps(out + g * d + i0 + 8 * c, acc[g][c]);
+}
+
+// The accumulation of one block (prefetching rows row0 + j of pf in the first column pass).
+template <int G, class R>
+void BlockAccumulate(const float (*w)[kBlock], int nb, const typename R::T* v, int d, float* out,
+                     const RowPrefetch& pf, int row0) {
+  constexpr int S = G == 1 ? 8 : G <= 3 ? 4 : G <= 6 ? 2 : 1;  // G * S <= 12 accumulators
+  const RowPrefetch none;
+  int i = 0;
+  for (; i + 8 * S <= d; i += 8 * S)
+    BlockAccumulateCols<G, S, R>(w, nb, v, d, i, out, i == 0 ? pf : none, row0);
+  for (; i < d; i += 8) BlockAccumulateCols<G, 1, R>(w, nb, v, d, i, out, i == 0 ? pf : none, row0);
+}
+
+// Calls f(std::integral_constant<int, G>, g0) for the heads [g0, g0 + G) of n_q, G <= 8.
+template <class F>
+void ForHeadChunks(int n_q, F&& f) {
+  for (int g0 = 0; g0 < n_q; g0 += 8) {
+    const int n = std::min(8, n_q - g0);
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      ((n == I + 1 && (f(std::integral_constant<int, I + 1>{}, g0), true)) || ...);
+    }
+    (std::make_integer_sequence<int, 8>{});
+  }
+}
+
+// The two instruction paths of AttendImpl, each a set of block operations on one span's rows
+// [j0, j0 + nb): Scores (s[g][j] = scale * q_g · k_j), Accumulate (out_g += w[g][j] * v_j), and the
+// softmax's Max, ExpSubSum (x = exp(x - m), returning the sum) and Scale (x *= c).
+struct Avx2Ops {
+  // The next span's rows, prefetched alongside this span's (the first chunk of heads does it).
+  struct Next {
+    RowPrefetch k, v;
+  };
+  static Next Plan(const KvSpan* next, int d) {
+    Next n;
+    if (next == nullptr) return n;
+    const bool i8 = next->type == KvSpanType::kInt8;
+    n.k.row_bytes = n.v.row_bytes = d * (i8 ? 1 : 2);
+    n.k.rows = n.v.rows = next->n;
+    n.k.base =
+        i8 ? reinterpret_cast<const char*>(next->k8) : reinterpret_cast<const char*>(next->k);
+    n.v.base =
+        i8 ? reinterpret_cast<const char*>(next->v8) : reinterpret_cast<const char*>(next->v);
+    return n;
+  }
+  // Rows the current span did not reach (a next span longer than this one).
+  static void FinishPrefetch(const Next& next, int done) {
+    for (int r = done; r < next.k.rows; ++r) {
+      next.k.Row(r);
+      next.v.Row(r);
+    }
+  }
+  static void Scores(const KvSpan& span, const float* q, int n_q, int d, int j0, int nb,
+                     float scale, float (*s)[kBlock], const Next& next) {
+    ForHeadChunks(n_q, [&](auto G, int g0) {
+      const float* qg = q + static_cast<size_t>(g0) * d;
+      const RowPrefetch& pf = g0 == 0 ? next.k : RowPrefetch{};
+      if (span.type == KvSpanType::kInt8) {
+        BlockScores<G, I8Rows>(qg, d, span.k8 + static_cast<size_t>(j0) * d, nb, scale, s + g0, pf,
+                               j0);
+      } else {
+        BlockScores<G, F16Rows>(qg, d, span.k + static_cast<size_t>(j0) * d, nb, scale, s + g0, pf,
+                                j0);
+      }
+    });
+  }
+  static void Accumulate(const KvSpan& span, const float (*w)[kBlock], int n_q, int d, int j0,
+                         int nb, float* out, const Next& next) {
+    ForHeadChunks(n_q, [&](auto G, int g0) {
+      float* o = out + static_cast<size_t>(g0) * d;
+      const RowPrefetch& pf = g0 == 0 ? next.v : RowPrefetch{};
+      if (span.type == KvSpanType::kInt8) {
+        BlockAccumulate<G, I8Rows>(w + g0, nb, span.v8 + static_cast<size_t>(j0) * d, d, o, pf, j0);
+      } else {
+        BlockAccumulate<G, F16Rows>(w + g0, nb, span.v + static_cast<size_t>(j0) * d, d, o, pf, j0);
+      }
+    });
+  }
+  static float Max(const float* x, int n, float init) { return MaxAvx2(x, n, init); }
+  static float ExpSubSum(float* x, int n, float m) { return ExpSubSumAvx2(x, n, m); }
+  __attribute__((target("avx2,fma"))) static void Scale(float* x, float c, int d) {
+    const __m256 cv = _mm256_set1_ps(c);
+    for (int i = 0; i < d; i += 8)
+      _mm256_storeu_ps(x + i, _mm256_mul_ps(cv, _mm256_loadu_ps(x + i)));
+  }
+};
+#endif
+
+// Plain loops: one token and one head at a time.
+struct ScalarOps {
+  struct Next {};
+  static Next Plan(const KvSpan*, int) { return {}; }
+  static void FinishPrefetch(const Next&, int) {}
+  static void Scores(const KvSpan& span, const float* q, int n_q, int d, int j0, int nb,
+                     float scale, float (*s)[kBlock], const Next&) {
+    for (int j = 0; j < nb; ++j)
+      for (int g = 0; g < n_q; ++g) {
+        const float* qg = q + g * d;
+        const size_t row = static_cast<size_t>(j0 + j) * d;
+        float dot = 0;
+        if (span.type == KvSpanType::kInt8) {
+          for (int i = 0; i < d; ++i) dot += qg[i] * static_cast<float>(span.k8[row + i]);
+        } else {
+          for (int i = 0; i < d; ++i) dot += qg[i] * Fp16ToFloat(span.k[row + i]);
+        }
+        s[g][j] = dot * scale;
+      }
+  }
+  static void Accumulate(const KvSpan& span, const float (*w)[kBlock], int n_q, int d, int j0,
+                         int nb, float* out, const Next&) {
+    for (int j = 0; j < nb; ++j) {
+      const size_t row = static_cast<size_t>(j0 + j) * d;
+      for (int g = 0; g < n_q; ++g) {
+        float* acc = out + g * d;
+        if (span.type == KvSpanType::kInt8) {
+          for (int i = 0; i < d; ++i) acc[i] += w[g][j] * static_cast<float>(span.v8[row + i]);
+        } else {
+          for (int i = 0; i < d; ++i) acc[i] += w[g][j] * Fp16ToFloat(span.v[row + i]);
+        }
+      }
+    }
+  }
+  static float Max(const float* x, int n, float init) {
+    for (int j = 0; j < n; ++j) init = std::max(init, x[j]);
+    return init;
+  }
+  static float ExpSubSum(float* x, int n, float m) {
+    float sum = 0;
+    for (int j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - m));
+    return sum;
+  }
+  static void Scale(float* x, float c, int d) {
+    for (int i = 0; i < d; ++i) x[i] *= c;
+  }
+};
 
 // The online-softmax state of each query head.
 struct SoftmaxState {
@@ -138,7 +302,7 @@ struct SoftmaxState {
   float l[kMaxQ];   // running sum of exp(score - m)
 };
 
-template <bool kUseSimd>
+template <class Ops>
 void AttendImpl(const float* q, int n_q, int d, const KvSpan* spans, int n_spans,
                 const AttendOptions& opt, float* out) {
   SoftmaxState st;
@@ -147,120 +311,53 @@ void AttendImpl(const float* q, int n_q, int d, const KvSpan* spans, int n_spans
     st.l[g] = 0;
   }
   std::memset(out, 0, sizeof(float) * n_q * d);
-  float s[kMaxQ][kBlock];
+  alignas(32) float s[kMaxQ][kBlock];
   thread_local std::vector<float> qs;  // int8 spans: the scaled query [n_q][d]
   int64_t total = 0;
   for (int i = 0; i < n_spans; ++i) total += spans[i].n;
   int64_t pos = 0;
   for (int si = 0; si < n_spans; ++si) {
     const KvSpan& span = spans[si];
+    const bool i8 = span.type == KvSpanType::kInt8;
+    const typename Ops::Next next = Ops::Plan(si + 1 < n_spans ? &spans[si + 1] : nullptr, d);
+    // int8: the query with the span's K channel scales and the softmax scale folded in.
+    const float* qk = q;
+    float score_scale = opt.scale;
+    if (i8) {
+      qs.resize(static_cast<size_t>(n_q) * d);
+      for (int g = 0; g < n_q; ++g)
+        for (int i = 0; i < d; ++i) qs[g * d + i] = q[g * d + i] * (span.k_scales[i] * opt.scale);
+      qk = qs.data();
+      score_scale = 1.0f;
+    }
     for (int j0 = 0; j0 < span.n; j0 += kBlock) {
       const int nb = std::min(kBlock, span.n - j0);
-      // Scores of the block for every query head.
-      if (span.type == KvSpanType::kInt8) {
-        // The query with the span's K channel scales and the softmax scale folded in.
-        if (j0 == 0) {
-          qs.resize(static_cast<size_t>(n_q) * d);
-          for (int g = 0; g < n_q; ++g)
-            for (int i = 0; i < d; ++i)
-              qs[g * d + i] = q[g * d + i] * (span.k_scales[i] * opt.scale);
-        }
-        for (int j = 0; j < nb; ++j) {
-          const int8_t* k = span.k8 + static_cast<size_t>(j0 + j) * d;
-          for (int g = 0; g < n_q; ++g) {
-#if defined(__x86_64__)
-            if constexpr (kUseSimd) {
-              s[g][j] = DotI8(&qs[g * d], k, d);
-              continue;
-            }
-#endif
-            s[g][j] = DotI8Scalar(&qs[g * d], k, d);
-          }
-        }
-      } else {
-        for (int j = 0; j < nb; ++j) {
-          const fp16_t* k = span.k + static_cast<size_t>(j0 + j) * d;
-          for (int g = 0; g < n_q; ++g) {
-            float dot;
-#if defined(__x86_64__)
-            if constexpr (kUseSimd) {
-              dot = DotF16(q + g * d, k, d);
-            } else {
-              dot = DotF16Scalar(q + g * d, k, d);
-            }
-#else
-            dot = DotF16Scalar(q + g * d, k, d);
-#endif
-            s[g][j] = dot * opt.scale;
-          }
-        }
-      }
+      Ops::Scores(span, qk, n_q, d, j0, nb, score_scale, s, next);
       if (opt.scores_out != nullptr)
         for (int g = 0; g < n_q; ++g)
           std::memcpy(opt.scores_out + g * total + pos + j0, s[g], sizeof(float) * nb);
-      // Online softmax: rescale the accumulator when the running max grows. The max() keeps
-      // exp(-inf - -inf) = NaN out of the first block.
+      // Online softmax: rescale the accumulator when the running max grows (by exp(-inf) = 0
+      // on the first block, when the accumulator is still zero).
       for (int g = 0; g < n_q; ++g) {
-        float bm = st.m[g];
-        for (int j = 0; j < nb; ++j) bm = std::max(bm, s[g][j]);
-        const float c = std::exp(st.m[g] - bm);  // 0 on the first block (m = -inf)
-        st.l[g] *= c;
-        float* acc = out + g * d;
-        if (c != 1.0f) {
-#if defined(__x86_64__)
-          if constexpr (kUseSimd) {
-            ScaleRow(acc, c, d);
-          } else {
-            for (int i = 0; i < d; ++i) acc[i] *= c;
-          }
-#else
-          for (int i = 0; i < d; ++i) acc[i] *= c;
-#endif
+        const float bm = Ops::Max(s[g], nb, st.m[g]);
+        if (bm > st.m[g]) {
+          const float c = std::exp(st.m[g] - bm);
+          st.l[g] *= c;
+          Ops::Scale(out + g * d, c, d);
+          st.m[g] = bm;
         }
-        st.m[g] = bm;
-#if defined(__x86_64__)
-        if constexpr (kUseSimd) {
-          st.l[g] += ExpSubSumAvx2(s[g], nb, bm);
+        if (bm == -std::numeric_limits<float>::infinity()) {  // only -inf scores so far
+          std::fill(s[g], s[g] + nb, 0.0f);
           continue;
         }
-#endif
-        for (int j = 0; j < nb; ++j) {
-          s[g][j] = std::exp(s[g][j] - bm);
-          st.l[g] += s[g][j];
-        }
+        st.l[g] += Ops::ExpSubSum(s[g], nb, bm);
+        if (i8)
+          for (int j = 0; j < nb; ++j) s[g][j] *= span.v_scale;
       }
       // Accumulate V weighted by the probabilities; each V row is read once for the group.
-      if (span.type == KvSpanType::kInt8) {
-        for (int j = 0; j < nb; ++j) {
-          const int8_t* v = span.v8 + static_cast<size_t>(j0 + j) * d;
-          for (int g = 0; g < n_q; ++g) {
-            const float w = s[g][j] * span.v_scale;
-            float* acc = out + g * d;
-#if defined(__x86_64__)
-            if constexpr (kUseSimd) {
-              AxpyI8(acc, w, v, d);
-              continue;
-            }
-#endif
-            for (int i = 0; i < d; ++i) acc[i] += w * static_cast<float>(v[i]);
-          }
-        }
-        continue;
-      }
-      for (int j = 0; j < nb; ++j) {
-        const fp16_t* v = span.v + static_cast<size_t>(j0 + j) * d;
-#if defined(__x86_64__)
-        if constexpr (kUseSimd) {
-          for (int g = 0; g < n_q; ++g) AxpyF16(out + g * d, s[g][j], v, d);
-          continue;
-        }
-#endif
-        for (int g = 0; g < n_q; ++g) {
-          float* acc = out + g * d;
-          for (int i = 0; i < d; ++i) acc[i] += s[g][j] * Fp16ToFloat(v[i]);
-        }
-      }
+      Ops::Accumulate(span, s, n_q, d, j0, nb, out, next);
     }
+    Ops::FinishPrefetch(next, span.n);
     pos += span.n;
   }
   for (int g = 0; g < n_q; ++g) {
@@ -316,11 +413,13 @@ void Fp16ToFloatRow(const fp16_t* src, float* dst, int n) {
 
 void AttendSpans(const float* q, int n_q, int head_dim, const KvSpan* spans, int n_spans,
                  const AttendOptions& options, float* out) {
+#if defined(__x86_64__)
   if (kSimd) {
-    AttendImpl<true>(q, n_q, head_dim, spans, n_spans, options, out);
-  } else {
-    AttendImpl<false>(q, n_q, head_dim, spans, n_spans, options, out);
+    AttendImpl<Avx2Ops>(q, n_q, head_dim, spans, n_spans, options, out);
+    return;
   }
+#endif
+  AttendImpl<ScalarOps>(q, n_q, head_dim, spans, n_spans, options, out);
 }
 
 namespace {

@@ -17,8 +17,11 @@ struct Case {
 TEST(AttendSpans, MatchesNaiveReferenceOverSpans) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0, 1.5f);
+  // Group sizes 1-9 (the SIMD path takes heads in chunks of up to 8), head dims that are and
+  // are not multiples of 16, spans shorter and longer than a block and than their neighbours.
   for (const Case& c : {Case{1, 8, {1}}, Case{3, 64, {16, 16, 5}}, Case{4, 128, {7, 33, 16}},
-                        Case{9, 64, {16, 1, 16, 16, 16, 40}}, Case{2, 16, {}}}) {
+                        Case{9, 64, {16, 1, 16, 16, 16, 40}}, Case{2, 16, {}}, Case{5, 24, {3, 17}},
+                        Case{6, 32, {16, 9, 70}}, Case{7, 64, {2, 16}}, Case{8, 64, {16, 16, 3}}}) {
     std::vector<float> q(c.n_q * c.d);
     for (auto& x : q) x = nd(rng);
     std::vector<std::vector<fp16_t>> ks, vs;

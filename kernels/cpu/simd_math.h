@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 
 namespace tinyserve {
@@ -34,6 +35,19 @@ __attribute__((target("avx2,fma"))) inline __m256 Exp256(__m256 x) {
   // Scale by 2^n through the exponent bits.
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// max(init, x[0], ..., x[n - 1]).
+__attribute__((target("avx2,fma"))) inline float MaxAvx2(const float* x, int n, float init) {
+  __m256 m = _mm256_set1_ps(init);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+  __m128 v = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  v = _mm_max_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_max_ss(v, _mm_shuffle_ps(v, v, 1));
+  float r = _mm_cvtss_f32(v);
+  for (; i < n; ++i) r = std::max(r, x[i]);
+  return r;
 }
 
 // x[i] = exp(x[i] - sub) for i < n; returns the sum of the results.
