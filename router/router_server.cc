@@ -109,19 +109,7 @@ void RouterServer::Drain() {
 }
 
 int RouterServer::ServeUntilSignal() {
-  for (;;) {
-    const int sig = WaitForTerminationSignal(1.0);
-    if (sig == 0) continue;
-    TS_LOG(INFO) << "signal " << sig << ": draining (grace " << options_.drain_timeout_seconds
-                 << " s)";
-    break;
-  }
-  std::thread([] {
-    if (WaitForTerminationSignal(1e9) != 0) std::_Exit(1);
-  }).detach();
-  Drain();
-  TS_LOG(INFO) << "drained; exiting";
-  return 0;
+  return DrainOnTerminationSignal(options_.drain_timeout_seconds, [this] { Drain(); });
 }
 
 }  // namespace tinyserve

@@ -5,7 +5,11 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
+#include <thread>
+
+#include "common/log.h"
 
 namespace tinyserve {
 namespace {
@@ -36,6 +40,21 @@ int WaitForTerminationSignal(double timeout_seconds) {
     if (errno == EINTR) continue;
     return 0;  // EAGAIN: timed out
   }
+}
+
+int DrainOnTerminationSignal(double grace_seconds, const std::function<void()>& drain) {
+  int sig = 0;
+  while (sig == 0) sig = WaitForTerminationSignal(1.0);
+  TS_LOG(INFO) << "signal " << sig << ": draining (grace " << grace_seconds << " s)";
+  std::thread([] {
+    if (WaitForTerminationSignal(1e9) != 0) {
+      TS_LOG(WARNING) << "second signal: exiting without finishing the drain";
+      std::_Exit(1);
+    }
+  }).detach();
+  drain();
+  TS_LOG(INFO) << "drained; exiting";
+  return 0;
 }
 
 }  // namespace tinyserve

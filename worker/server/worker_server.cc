@@ -174,23 +174,7 @@ void WorkerServer::Drain() {
 }
 
 int WorkerServer::ServeUntilSignal() {
-  for (;;) {
-    const int sig = WaitForTerminationSignal(1.0);
-    if (sig == 0) continue;
-    TS_LOG(INFO) << "signal " << sig << ": draining (grace " << options_.drain_timeout_seconds
-                 << " s)";
-    break;
-  }
-  // A second signal during the drain exits at once.
-  std::thread([] {
-    if (WaitForTerminationSignal(1e9) != 0) {
-      TS_LOG(WARNING) << "second signal: exiting without finishing the drain";
-      std::_Exit(1);
-    }
-  }).detach();
-  Drain();
-  TS_LOG(INFO) << "drained; exiting";
-  return 0;
+  return DrainOnTerminationSignal(options_.drain_timeout_seconds, [this] { Drain(); });
 }
 
 }  // namespace tinyserve
