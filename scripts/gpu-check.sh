@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU check for one lent H200 (sparse-attention.md §7.2): builds kernels/cuda in the kernels-only
 # configuration, runs the GPU tests (plus the prebuilt engine-level ones in .gpu-carry/engine,
-# from scripts/gpu-prepare-carry), the decode-attention microbenchmark, the end-to-end decode
-# benchmark, the DeviceModel decode benchmark, the PyTorch SDPA comparison and the one-rank
+# from scripts/gpu-prepare-carry), the decode-attention microbenchmark, the DeviceModel decode
+# benchmark (SmolLM2 shape; TinyLlama shape end to end), the PyTorch SDPA comparison and the one-rank
 # NCCL check, and prints a short summary table LAST. Full logs and JSON lines go to $OUT (else
 # ./gpu-results). Every step is time-capped; a failed step is reported and the script goes on to
 # the summary. Budget: < 8 minutes (no step runs past GPU_CHECK_DEADLINE_S, default 470 s).
@@ -104,13 +104,15 @@ else
 fi
 # The DeviceModel bench runs first: it is the one measurement no earlier run has.
 rm -f "$RES/attention.jsonl" "$RES/e2e.jsonl" "$RES/e2e_tc.jsonl" "$RES/sdpa.jsonl" "$RES/model.jsonl"
-step model_bench 120 "$BIN/cuda_model_decode_bench" --out "$RES/model.jsonl" --context 8000 \
+step model_bench 120 "$BIN/cuda_model_decode_bench" --out "$RES/model.jsonl" --contexts 8000 \
   --batches 1,8 --steps 32 --max-seconds 100
 step attention_bench 150 "$BIN/cuda_attention_bench" --out "$RES/attention.jsonl" --max-seconds 110
-step e2e_bench 120 "$BIN/cuda_e2e_decode_bench" --out "$RES/e2e.jsonl" --contexts 8192,32768 \
-  --batches 1,16 --budget 2048 --steps 20
-step e2e_bench_tc 120 env TINYSERVE_CUDA_ATTEND=tensor "$BIN/cuda_e2e_decode_bench" \
-  --out "$RES/e2e_tc.jsonl" --contexts 8192,32768 --batches 1,16 --budget 2048 --steps 20
+# End to end: the TinyLlama-1.1B shape through DeviceModel, its cache filled with random K/V.
+E2E=(--shape tinyllama --fill random --contexts 8192,32768 --batches 1,16 --modes dense,quest
+     --budget 2048 --steps 20 --max-seconds 90)
+step e2e_bench 120 "$BIN/cuda_model_decode_bench" --out "$RES/e2e.jsonl" "${E2E[@]}"
+step e2e_bench_tc 120 env TINYSERVE_CUDA_ATTEND=tensor "$BIN/cuda_model_decode_bench" \
+  --out "$RES/e2e_tc.jsonl" "${E2E[@]}"
 step sdpa_bench 120 python3 scripts/gpu_sdpa_bench.py --out "$RES/sdpa.jsonl" --max-seconds 80
 if [ -x "$BIN/cuda_nccl_check" ]; then
   step nccl_check 60 "$BIN/cuda_nccl_check"
@@ -187,7 +189,7 @@ for tag, rows in (("cc", e2e), ("tc", e2e_tc)):
             if rd or rq:
                 td = rd[0]["tok_per_s"] if rd else float("nan")
                 tq = rq[0]["tok_per_s"] if rq else float("nan")
-                print("e2e tinyllama %s ctx %6d batch %2d: dense %8.1f tok/s  quest(2048) %8.1f tok/s"
+                print("e2e tinyllama (DeviceModel) %s ctx %6d batch %2d: dense %8.1f tok/s  quest(2048) %8.1f tok/s"
                       "  x%.2f" % (tag, ctx, b, td, tq, tq / td if rd and rq else float("nan")))
 for r in model:
     print("DeviceModel smollm2-shape ctx %5d batch %2d %-12s %8.1f tok/s  pages %5.1f%%  tier hit %s"

@@ -19,6 +19,7 @@
 #include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/page_residency.h"
 #include "kernels/cuda/prefill_attention.cuh"
+#include "kernels/cuda/random_fill.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/step_plan.h"
 
@@ -162,6 +163,10 @@ struct DeviceModel::Impl {
   cudaError_t DecodeAttention(int layer, const DecodeGroup& g, const StepPlan& plan,
                               std::string* where);
   DecodeAttentionParams DecodeParams(int layer, const DecodeGroup& g) const;
+  // The append of qkv's K and V rows into `layer` through the step tables in step_dev.
+  KvAppendParams AppendParams(int layer, int batch, int max_new) const;
+  bool FillKvRandom(const int32_t* pages, int n_pages, int64_t n_tokens, uint64_t seed,
+                    std::string* error);
   StepPlan plan;  // the current step's (reused across steps)
 };
 
@@ -320,6 +325,27 @@ bool DeviceModel::Impl::Init(std::string* error) {
     return false;
   }
   return true;
+}
+
+KvAppendParams DeviceModel::Impl::AppendParams(int layer, int batch, int max_new) const {
+  const Layer& L = layers[layer];
+  KvAppendParams kp;
+  kp.dtype = dt;
+  kp.layout = pool_layout;
+  kp.batch = batch;
+  kp.k_new = static_cast<char*>(qkv) + size_t(qdim) * elt;
+  kp.v_new = static_cast<char*>(qkv) + size_t(qdim + kdim) * elt;
+  kp.new_stride = qkv_dim;
+  kp.new_indptr = step_dev + sl.new_indptr;
+  kp.seq_lens = step_dev + sl.seq_lens;
+  kp.page_indptr = step_dev + sl.page_indptr;
+  kp.page_indices = step_dev + sl.page_indices;
+  kp.max_new_per_seq = max_new;
+  kp.k_cache = L.k;
+  kp.v_cache = L.v;
+  kp.kmin = L.kmin;
+  kp.kmax = L.kmax;
+  return kp;
 }
 
 DecodeAttentionParams DeviceModel::Impl::DecodeParams(int layer, const DecodeGroup& g) const {
@@ -504,23 +530,7 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
     rp.theta = c.rope_theta;
     rp.style = c.rope_adjacent ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
     TS_ENQ(ApplyRope(rp, stream));
-    KvAppendParams kp;
-    kp.dtype = dt;
-    kp.layout = pool_layout;
-    kp.batch = n_seq;
-    kp.k_new = static_cast<char*>(qkv) + size_t(qdim) * elt;
-    kp.v_new = static_cast<char*>(qkv) + size_t(qdim + kdim) * elt;
-    kp.new_stride = qkv_dim;
-    kp.new_indptr = step_dev + sl.new_indptr;
-    kp.seq_lens = step_dev + sl.seq_lens;
-    kp.page_indptr = step_dev + sl.page_indptr;
-    kp.page_indices = step_dev + sl.page_indices;
-    kp.max_new_per_seq = plan.max_new;
-    kp.k_cache = L.k;
-    kp.v_cache = L.v;
-    kp.kmin = L.kmin;
-    kp.kmax = L.kmax;
-    TS_ENQ(AppendPagedKv(kp, stream));
+    TS_ENQ(AppendPagedKv(AppendParams(l, n_seq, plan.max_new), stream));
     for (const DecodeGroup& g : plan.groups) {
       cudaError_t e = DecodeAttention(l, g, plan, where);
       if (e != cudaSuccess) return e;
@@ -694,6 +704,60 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
   return true;
 }
 
+bool DeviceModel::Impl::FillKvRandom(const int32_t* pages, int n_pages, int64_t n_tokens,
+                                     uint64_t seed, std::string* error) {
+  const int P = c.page_size;
+  if (n_tokens < 0 || n_pages < 0 || n_pages > c.max_pages_per_seq ||
+      n_tokens > int64_t{n_pages} * P) {
+    *error = "FillKvRandom: " + std::to_string(n_tokens) + " tokens do not fit " +
+             std::to_string(n_pages) + " pages (max_pages_per_seq " +
+             std::to_string(c.max_pages_per_seq) + ")";
+    return false;
+  }
+  for (int i = 0; i < n_pages; ++i)
+    if (pages[i] < 0 || pages[i] >= c.num_pages) {
+      *error = "FillKvRandom: page " + std::to_string(pages[i]) + " is out of range";
+      return false;
+    }
+  if (cudaError_t e = cudaSetDevice(c.device); e != cudaSuccess) {
+    *error = CudaError("cudaSetDevice", e);
+    return false;
+  }
+  const std::vector<int32_t> page_list(pages, pages + n_pages);
+  for (auto& L : layers)
+    if (L.residency) L.residency->Invalidate(page_list);
+  std::copy(pages, pages + n_pages, step_host + sl.page_indices);
+  step_host[sl.page_indptr] = 0;
+  step_host[sl.page_indptr + 1] = n_pages;
+  // Chunks of up to max_tokens rows of the qkv scratch, appended to every layer by the append
+  // kernel (which keeps the boxes).
+  for (int64_t done = 0; done < n_tokens; done += c.max_tokens) {
+    const int n = static_cast<int>(std::min<int64_t>(c.max_tokens, n_tokens - done));
+    step_host[sl.new_indptr] = 0;
+    step_host[sl.new_indptr + 1] = n;
+    step_host[sl.seq_lens] = static_cast<int32_t>(done + n);
+    cudaError_t e =
+        cudaMemcpyAsync(step_dev, step_host, sl.total * 4, cudaMemcpyHostToDevice, stream);
+    for (int l = 0; l < c.n_layers && e == cudaSuccess; ++l) {
+      // Values keyed by (seed, layer, position): the same whatever the chunking.
+      const uint64_t s = seed * 1000003ull + uint64_t(l);
+      const int64_t n_elems = int64_t{n} * qkv_dim, offset = done * qkv_dim;
+      e = dt == DType::kBF16
+              ? LaunchFillUniform(static_cast<__nv_bfloat16*>(qkv), n_elems, s, 1.f, stream, offset)
+              : LaunchFillUniform(static_cast<__half*>(qkv), n_elems, s, 1.f, stream, offset);
+      if (e != cudaSuccess) break;
+      e = AppendPagedKv(AppendParams(l, 1, n), stream);
+    }
+    // The next chunk rewrites the pinned step block this one's copy reads.
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) {
+      *error = CudaError("FillKvRandom", e);
+      return false;
+    }
+  }
+  return true;
+}
+
 DeviceModel::DeviceModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DeviceModel::~DeviceModel() = default;
 
@@ -772,6 +836,11 @@ bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64
 bool DeviceModel::Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits,
                           std::string* error) {
   return impl_->Run(batch, logits, error);
+}
+
+bool DeviceModel::FillKvRandom(const int32_t* pages, int n_pages, int64_t n_tokens, uint64_t seed,
+                               std::string* error) {
+  return impl_->FillKvRandom(pages, n_pages, n_tokens, seed, error);
 }
 
 }  // namespace tinyserve::cuda

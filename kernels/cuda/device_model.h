@@ -130,6 +130,12 @@ class DeviceModel {
   bool Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits,
                std::string* error);
   const DeviceStepStats& last_stats() const;
+  // For benchmarks: fills positions [0, n_tokens) of the sequence owning `pages` (as a Forward
+  // would take them) with random keys and values, uniform in [-1, 1) from `seed`, in every
+  // layer, key boxes included, as a prefill of that length leaves the cache (a real prefill of
+  // a 32K context takes seconds). False (and *error) on bad pages or a CUDA failure.
+  bool FillKvRandom(const int32_t* pages, int n_pages, int64_t n_tokens, uint64_t seed,
+                    std::string* error);
   // Bytes of device memory the KV cache (K, V and boxes of every layer) takes per page.
   static int64_t KvBytesPerPage(const DeviceModelConfig& config);
 

@@ -359,6 +359,43 @@ TEST_F(DeviceModelTest, QuestWithBudgetCoveringTheContextEqualsDense) {
   EXPECT_GT(AttendKernelLaunches(used), launches0) << AttendKernelName(used);
 }
 
+// The benchmarks' random cache fill: decoding after it depends on the seed and nothing else (not
+// on how the fill is chunked), and bad pages are refused.
+TEST_F(DeviceModelTest, FillKvRandomIsDeterministicAndChecked) {
+  const DeviceModelConfig c = SmallConfig();
+  DeviceModelConfig small_chunks = c;
+  small_chunks.max_tokens = 16;  // the fill goes 16 tokens at a time
+  const Weights w = MakeWeights(c, 5);
+  auto decode_after_fill = [&](const DeviceModelConfig& config, uint64_t seed) {
+    auto m = Upload(config, w);
+    EXPECT_NE(m, nullptr);
+    if (m == nullptr) return std::vector<float>();
+    Seq s{std::vector<int32_t>(41, 7), {3, 1, 2}, 40};
+    std::string err;
+    EXPECT_TRUE(m->FillKvRandom(s.pages.data(), 3, 40, seed, &err)) << err;
+    std::vector<float> logits;
+    EXPECT_TRUE(m->Forward({Input(s, 1, false)}, &logits, &err)) << err;
+    return logits;
+  };
+  const std::vector<float> a = decode_after_fill(c, 1);
+  const std::vector<float> chunked = decode_after_fill(small_chunks, 1);
+  const std::vector<float> other = decode_after_fill(c, 2);
+  ASSERT_EQ(a.size(), size_t(c.vocab));
+  EXPECT_EQ(a, chunked);
+  EXPECT_NE(a, other);
+  for (float x : a) ASSERT_TRUE(std::isfinite(x));
+
+  auto m = Upload(c, w);
+  ASSERT_NE(m, nullptr);
+  std::string err;
+  const int32_t bad_page[] = {0, c.num_pages};
+  EXPECT_FALSE(m->FillKvRandom(bad_page, 2, 20, 1, &err));
+  EXPECT_NE(err.find("out of range"), std::string::npos) << err;
+  const int32_t pages[] = {0, 1};
+  EXPECT_FALSE(m->FillKvRandom(pages, 2, 33, 1, &err));  // 33 tokens need 3 pages
+  EXPECT_NE(err.find("do not fit"), std::string::npos) << err;
+}
+
 TEST_F(DeviceModelTest, BadInputIsRefused) {
   const DeviceModelConfig c = SmallConfig();
   auto m = Upload(c, MakeWeights(c, 1));

@@ -1,7 +1,9 @@
 // File: kernels/cuda/bench/bench_util.cuh
-// Helpers of the GPU benchmarks: random device fill (a hash, no cuRAND), event timing with the
+// Helpers of the GPU benchmarks: random device fill (random_fill.cuh), event timing with the
 // median of N, JSON-lines output, and a little argument parsing.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,37 +16,16 @@
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/launch_status.cuh"
+#include "kernels/cuda/random_fill.cuh"
 
 namespace tinyserve::cuda::bench {
 
-__device__ inline uint32_t Hash(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-
-// out[i] = uniform [-scale, scale) from (seed, i).
-template <typename T>
-__global__ void FillUniformKernel(T* out, int64_t n, uint64_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float u = (Hash(seed * 0x9E3779B97F4A7C15ull + i) >> 8) * (1.0f / 16777216.0f);
-    out[i] = FromF32<T>((2.f * u - 1.f) * scale);
-  }
-}
-
 template <typename T>
 inline void FillUniform(T* out, int64_t n, uint64_t seed, float scale, cudaStream_t s = nullptr) {
-  LaunchKernel(FillUniformKernel<T>, 2048, 256, 0, s, out, n, seed, scale);
-  TS_CUDA_CHECK(cudaGetLastError());
+  TS_CUDA_CHECK(LaunchFillUniform(out, n, seed, scale, s));
 }
 
 // Median of `reps` timings (ms) of fn on `stream`, after `warmup` untimed calls. fn(i) gets the
