@@ -390,6 +390,31 @@ __attribute__((target("avx2,fma,f16c"))) static float BoxScoreAvx2(const float* 
 }
 #endif
 
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c"))) static float BoxScoreSplitAvx2(const float* qp,
+                                                                        const float* qn,
+                                                                        const fp16_t* mn,
+                                                                        const fp16_t* mx, int d) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int i = 0; i < d; i += 8) {
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mn + i)));
+    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mx + i)));
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qp + i), hi, acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(qn + i), lo, acc1);
+  }
+  return HorizontalSum(_mm256_add_ps(acc0, acc1));
+}
+#endif
+
+float BoxScoreSplit(const float* qp, const float* qn, const fp16_t* mn, const fp16_t* mx, int d) {
+#if defined(__x86_64__)
+  if (kSimd) return BoxScoreSplitAvx2(qp, qn, mn, mx, d);
+#endif
+  float acc = 0;
+  for (int i = 0; i < d; ++i) acc += qp[i] * Fp16ToFloat(mx[i]) + qn[i] * Fp16ToFloat(mn[i]);
+  return acc;
+}
+
 float BoxScore(const float* q, const fp16_t* mn, const fp16_t* mx, int d) {
 #if defined(__x86_64__)
   if (kSimd) return BoxScoreAvx2(q, mn, mx, d);

@@ -67,6 +67,14 @@ void Fp16ToFloatRow(const fp16_t* src, float* dst, int n);
 // REQUIRES: head_dim % 8 == 0.
 float BoxScore(const float* q, const fp16_t* kmin, const fp16_t* kmax, int head_dim);
 
+// The sum of BoxScore over the query heads of a GQA group, from the group's query split by sign
+// per channel: q_pos[i] = sum over heads of max(q_h[i], 0), q_neg[i] = the same of min(q_h[i], 0).
+// Since max(q lo, q hi) = max(q, 0) hi + min(q, 0) lo when lo <= hi, the group's score costs one
+// head's (two FMAs per channel); it equals the per-head sum up to rounding.
+// REQUIRES: head_dim % 8 == 0.
+float BoxScoreSplit(const float* q_pos, const float* q_neg, const fp16_t* kmin, const fp16_t* kmax,
+                    int head_dim);
+
 // True when the F16C/AVX2/FMA path is in use (TINYSERVE_CPU_ISA=scalar or
 // TINYSERVE_ATTENTION_ISA=scalar turns it off).
 bool AttentionUsesSimd();

@@ -1,5 +1,6 @@
 #include "kernels/cpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -162,6 +163,41 @@ TEST(AttendSpans, Int8AndFp16OfTheSameValuesAgree) {
   AttendSpans(q.data(), 2, d, &a, 1, opt, o1.data());
   AttendSpans(q.data(), 2, d, &b, 1, opt, o2.data());
   for (int i = 0; i < 2 * d; ++i) EXPECT_NEAR(o1[i], o2[i], 1e-5f * (1 + std::fabs(o2[i])));
+}
+
+// The group score from the sign-split query equals the sum of the heads' box scores, and it
+// bounds the group's summed q·k of every key inside the box.
+TEST(BoxScoreSplit, EqualsTheSumOfTheHeadsBoxScores) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0, 1.5f);
+  for (int d : {8, 64, 128})
+    for (int group : {1, 3, 8}) {
+      std::vector<float> q(group * d), q_pos(d, 0.0f), q_neg(d, 0.0f);
+      for (auto& x : q) x = nd(rng);
+      for (int g = 0; g < group; ++g)
+        for (int i = 0; i < d; ++i) (q[g * d + i] > 0 ? q_pos : q_neg)[i] += q[g * d + i];
+      std::vector<fp16_t> keys(16 * d), mn(d), mx(d);
+      for (auto& x : keys) x = FloatToFp16(nd(rng));
+      for (int i = 0; i < d; ++i) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int j = 0; j < 16; ++j) {
+          lo = std::min(lo, Fp16ToFloat(keys[j * d + i]));
+          hi = std::max(hi, Fp16ToFloat(keys[j * d + i]));
+        }
+        mn[i] = FloatToFp16(lo);
+        mx[i] = FloatToFp16(hi);
+      }
+      float per_head = 0;
+      for (int g = 0; g < group; ++g) per_head += BoxScore(&q[g * d], mn.data(), mx.data(), d);
+      const float split = BoxScoreSplit(q_pos.data(), q_neg.data(), mn.data(), mx.data(), d);
+      EXPECT_NEAR(split, per_head, 1e-4f * (1 + std::fabs(per_head))) << "d " << d;
+      for (int j = 0; j < 16; ++j) {
+        float dot = 0;
+        for (int g = 0; g < group; ++g)
+          for (int i = 0; i < d; ++i) dot += q[g * d + i] * Fp16ToFloat(keys[j * d + i]);
+        EXPECT_GE(split + 1e-4f * (1 + std::fabs(dot)), dot);
+      }
+    }
 }
 
 }  // namespace

@@ -41,15 +41,28 @@ class QuestPolicy : public Policy {
     AddForced(n_pages, chosen);
     std::vector<float> score(n_pages);
     const int d = a.head_dim;
+    // Sum over the group: one pass over each box with the group's query split by sign.
+    std::vector<float> q_pos, q_neg;
+    if (sum_) {
+      q_pos.assign(d, 0.0f);
+      q_neg.assign(d, 0.0f);
+      for (int g = 0; g < a.group; ++g)
+        for (int i = 0; i < d; ++i) {
+          const float x = a.q[static_cast<size_t>(g) * d + i];
+          (x > 0 ? q_pos : q_neg)[i] += x;
+        }
+    }
     for (int64_t p = 0; p < n_pages; ++p) {
       const int32_t page = (*a.pages)[p];
       const fp16_t* mn = a.kv->KMin(a.layer, page, a.kv_head);
       const fp16_t* mx = a.kv->KMax(a.layer, page, a.kv_head);
-      float agg = sum_ ? 0.0f : -std::numeric_limits<float>::infinity();
-      for (int g = 0; g < a.group; ++g) {
-        const float s = QuestScore(a.q + static_cast<size_t>(g) * d, mn, mx, d);
-        agg = sum_ ? agg + s : std::max(agg, s);
+      if (sum_) {
+        score[p] = BoxScoreSplit(q_pos.data(), q_neg.data(), mn, mx, d);
+        continue;
       }
+      float agg = -std::numeric_limits<float>::infinity();
+      for (int g = 0; g < a.group; ++g)
+        agg = std::max(agg, QuestScore(a.q + static_cast<size_t>(g) * d, mn, mx, d));
       score[p] = agg;
     }
     FillTopK(score, n_pages, chosen);
