@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -351,6 +354,31 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
   for (size_t s = 0; s + 1 < row0.size(); ++s)
     for (int t = row0[s]; t < row0[s + 1]; ++t) seq_of_row[t] = static_cast<int>(s);
   const int64_t items = static_cast<int64_t>(T) * kv_local_;
+  auto q_of = [&](int64_t it) {
+    return &q_[static_cast<size_t>(it / kv_local_) * qdim +
+               static_cast<size_t>(it % kv_local_) * group * hd];
+  };
+  auto out_of = [&](int64_t it) {
+    return &att_[static_cast<size_t>(it / kv_local_) * qdim +
+                 static_cast<size_t>(it % kv_local_) * group * hd];
+  };
+  auto page_spans = [&](int64_t it, const int32_t* lps, size_t n, std::vector<KvSpan>* spans) {
+    const SeqInput& in = batch[seq_of_row[it / kv_local_]];
+    const int64_t n_tok = in.start_pos + (it / kv_local_ - row0[seq_of_row[it / kv_local_]]) + 1;
+    spans->clear();
+    for (size_t i = 0; i < n; ++i) {
+      const int n_in = static_cast<int>(std::min<int64_t>(ps, n_tok - int64_t{lps[i]} * ps));
+      spans->push_back(
+          PageSpan(*kv, layer, (*in.pages)[lps[i]], static_cast<int>(it % kv_local_), n_in));
+    }
+  };
+  // Items with more than kPartPages pages to attend are split into parts of kPartPages pages,
+  // attended in a second parallel pass and merged by their log-sum-exp (as flash-decoding
+  // does): a long-context decode step has only batch x KV heads items, too few to keep the
+  // threads busy. The split depends on the page count alone, so a row's result does not depend
+  // on the batch it runs in or the thread count.
+  const size_t kPartPages = static_cast<size_t>(std::max(1, options_.attention_part_pages));
+  std::vector<std::vector<int32_t>> pending(items);  // chosen pages of the split items
   auto body = [&](int64_t b, int64_t e, int) {
     std::vector<KvSpan> spans;
     std::vector<int32_t> chosen;
@@ -361,8 +389,7 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
       const int64_t pos = in.start_pos + (t - row0[seq_of_row[t]]);
       const int64_t n_tok = pos + 1;  // causal: this token and everything before it
       const int64_t n_pages = (n_tok + ps - 1) / ps;
-      const float* q = &q_[static_cast<size_t>(t) * qdim + static_cast<size_t>(h) * group * hd];
-      float* out = &att_[static_cast<size_t>(t) * qdim + static_cast<size_t>(h) * group * hd];
+      const float* q = q_of(it);
       // Selection applies to decode (one new token) on active layers only; prefill is dense.
       AttentionSelector* sel = in.n == 1 ? in.selector : nullptr;
       chosen.clear();
@@ -381,23 +408,22 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
       } else {
         for (int64_t p = 0; p < n_pages; ++p) chosen.push_back(static_cast<int32_t>(p));
       }
-      spans.clear();
-      int64_t total = 0;
-      for (int32_t lp : chosen) {
-        const int32_t page = (*in.pages)[lp];
-        const int n = static_cast<int>(std::min<int64_t>(ps, n_tok - static_cast<int64_t>(lp) * ps));
-        spans.push_back(PageSpan(*kv, layer, page, h, n));
-        total += n;
+      const bool want_scores = sel != nullptr && sel->NeedsScores(layer);
+      if (chosen.size() > kPartPages && !want_scores) {
+        pending[it] = chosen;
+        continue;
       }
+      page_spans(it, chosen.data(), chosen.size(), &spans);
+      int64_t total = 0;
+      for (const KvSpan& sp : spans) total += sp.n;
       AttendOptions opt;
       opt.scale = scale;
-      const bool want_scores = sel != nullptr && sel->NeedsScores(layer);
       if (want_scores) {
         scores.resize(static_cast<size_t>(group) * total);
         opt.scores_out = scores.data();
         opt.lse_out = lse.data();
       }
-      AttendSpans(q, group, hd, spans.data(), static_cast<int>(spans.size()), opt, out);
+      AttendSpans(q, group, hd, spans.data(), static_cast<int>(spans.size()), opt, out_of(it));
       if (want_scores) {
         ScoresArgs sa;
         sa.layer = layer;
@@ -412,10 +438,57 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
       }
     }
   };
-  if (options_.pool != nullptr && items > 1) {
-    options_.pool->ParallelFor(items, body);
-  } else {
-    body(0, items, 0);
+  auto parallel = [&](int64_t n, const std::function<void(int64_t, int64_t, int)>& fn) {
+    if (options_.pool != nullptr && n > 1) {
+      options_.pool->ParallelFor(n, fn);
+    } else {
+      fn(0, n, 0);
+    }
+  };
+  parallel(items, body);
+
+  // The split items: parts (item, first chosen index), attended with their log-sum-exp.
+  std::vector<std::pair<int64_t, size_t>> parts;
+  for (int64_t it = 0; it < items; ++it)
+    for (size_t p0 = 0; p0 < pending[it].size(); p0 += kPartPages) parts.emplace_back(it, p0);
+  if (parts.empty()) return;
+  const size_t part_elems = static_cast<size_t>(group) * hd;
+  std::vector<float> part_out(parts.size() * part_elems), part_lse(parts.size() * group);
+  parallel(static_cast<int64_t>(parts.size()), [&](int64_t b, int64_t e, int) {
+    std::vector<KvSpan> spans;
+    for (int64_t i = b; i < e; ++i) {
+      const auto [it, p0] = parts[i];
+      const std::vector<int32_t>& ch = pending[it];
+      page_spans(it, ch.data() + p0, std::min(kPartPages, ch.size() - p0), &spans);
+      AttendOptions opt;
+      opt.scale = scale;
+      opt.lse_out = &part_lse[i * group];
+      AttendSpans(q_of(it), group, hd, spans.data(), static_cast<int>(spans.size()), opt,
+                  &part_out[i * part_elems]);
+    }
+  });
+  // Merge: out = sum_i exp(lse_i - max) out_i / sum_i exp(lse_i - max), per head.
+  for (size_t i0 = 0; i0 < parts.size();) {
+    const int64_t it = parts[i0].first;
+    size_t i1 = i0;
+    while (i1 < parts.size() && parts[i1].first == it) ++i1;
+    float* out = out_of(it);
+    for (int g = 0; g < group; ++g) {
+      float m = -std::numeric_limits<float>::infinity();
+      for (size_t i = i0; i < i1; ++i) m = std::max(m, part_lse[i * group + g]);
+      float* o = out + static_cast<size_t>(g) * hd;
+      std::fill(o, o + hd, 0.0f);
+      if (m == -std::numeric_limits<float>::infinity()) continue;
+      float wsum = 0;
+      for (size_t i = i0; i < i1; ++i) {
+        const float w = std::exp(part_lse[i * group + g] - m);
+        wsum += w;
+        const float* po = &part_out[i * part_elems + static_cast<size_t>(g) * hd];
+        for (int x = 0; x < hd; ++x) o[x] += w * po[x];
+      }
+      for (int x = 0; x < hd; ++x) o[x] /= wsum;
+    }
+    i0 = i1;
   }
 }
 

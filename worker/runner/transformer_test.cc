@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/paths.h"
+#include "common/thread_pool.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/weight_source.h"
@@ -58,9 +59,15 @@ TEST(TransformerRunner, MatchesTransformersOnRandomHfModels) {
   for (const auto& [name, info] : manifest["models"].items()) {
     auto src = OpenWeightSource(TestModels() + "/" + name);
     ASSERT_TRUE(src.ok()) << name << ": " << src.status();
-    RunnerOptions ro;
+    // The default, and attention split into parts of 1 page (merged by log-sum-exp) on a pool.
+    ThreadPool pool(2);
+    RunnerOptions ro, split;
+    split.attention_part_pages = 1;
+    split.pool = &pool;
     auto runner = TransformerRunner::Create(**src, ro);
     ASSERT_TRUE(runner.ok()) << name << ": " << runner.status();
+    auto split_runner = TransformerRunner::Create(**src, split);
+    ASSERT_TRUE(split_runner.ok()) << name << ": " << split_runner.status();
     std::ifstream lf("tests/golden/hf/" + info["logits_file"].get<std::string>(), std::ios::binary);
     ASSERT_TRUE(lf.good()) << name;
     const int vocab = info["vocab_size"];
@@ -68,8 +75,9 @@ TEST(TransformerRunner, MatchesTransformersOnRandomHfModels) {
       std::vector<int32_t> ids = seq.get<std::vector<int32_t>>();
       std::vector<float> want(ids.size() * vocab);
       lf.read(reinterpret_cast<char*>(want.data()), want.size() * sizeof(float));
-      for (int chunk : {0, 5}) {  // one prefill, and chunked prefill over pages
-        const std::vector<float> got = RunAll(**runner, ids, chunk);
+      for (int chunk : {0, 5, -5}) {  // one prefill; chunked prefill over pages (-5: split)
+        const std::vector<float> got =
+            RunAll(chunk < 0 ? **split_runner : **runner, ids, std::abs(chunk));
         ASSERT_EQ(got.size(), want.size());
         for (size_t t = 0; t < ids.size(); ++t) {
           float scale = 0, err = 0;
