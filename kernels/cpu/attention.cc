@@ -323,7 +323,7 @@ void AttendImpl(const float* q, int n_q, int d, const KvSpan* spans, int n_spans
     // int8: the query with the span's K channel scales and the softmax scale folded in.
     const float* qk = q;
     float score_scale = opt.scale;
-    if (i8) {
+    if (i8 && span.n > 0) {
       qs.resize(static_cast<size_t>(n_q) * d);
       for (int g = 0; g < n_q; ++g)
         for (int i = 0; i < d; ++i) qs[g * d + i] = q[g * d + i] * (span.k_scales[i] * opt.scale);

@@ -372,11 +372,12 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
           PageSpan(*kv, layer, (*in.pages)[lps[i]], static_cast<int>(it % kv_local_), n_in));
     }
   };
-  // Items with more than kPartPages pages to attend are split into parts of kPartPages pages,
-  // attended in a second parallel pass and merged by their log-sum-exp (as flash-decoding
-  // does): a long-context decode step has only batch x KV heads items, too few to keep the
-  // threads busy. The split depends on the page count alone, so a row's result does not depend
-  // on the batch it runs in or the thread count.
+  // Decode items with more than kPartPages pages to attend are split into parts of kPartPages
+  // pages, attended in a second parallel pass and merged by their log-sum-exp (as
+  // flash-decoding does): a long-context decode step has only batch x KV heads items, too few
+  // to keep the threads busy (prefill chunks have rows x KV heads, enough). The split depends
+  // on the page count alone, so a row's result does not depend on the batch it runs in or the
+  // thread count.
   const size_t kPartPages = static_cast<size_t>(std::max(1, options_.attention_part_pages));
   std::vector<std::vector<int32_t>> pending(items);  // chosen pages of the split items
   auto body = [&](int64_t b, int64_t e, int) {
@@ -409,7 +410,7 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
         for (int64_t p = 0; p < n_pages; ++p) chosen.push_back(static_cast<int32_t>(p));
       }
       const bool want_scores = sel != nullptr && sel->NeedsScores(layer);
-      if (chosen.size() > kPartPages && !want_scores) {
+      if (in.n == 1 && chosen.size() > kPartPages && !want_scores) {
         pending[it] = chosen;
         continue;
       }

@@ -38,8 +38,8 @@ struct RunnerOptions {
   Communicator* comm = nullptr;  // required when world_size > 1
   ThreadPool* pool = nullptr;    // null: single-threaded
   int max_positions = 0;         // RoPE table size; 0: the model's max context
-  // A token's attention over more pages than this (for one KV head) is split into parts of this
-  // many pages, attended in parallel and merged (flash-decoding); tests lower it.
+  // A decode token's attention over more pages than this (for one KV head) is split into parts
+  // of this many pages, attended in parallel and merged (flash-decoding); tests lower it.
   int attention_part_pages = 64;
 };
 

@@ -59,7 +59,8 @@ TEST(TransformerRunner, MatchesTransformersOnRandomHfModels) {
   for (const auto& [name, info] : manifest["models"].items()) {
     auto src = OpenWeightSource(TestModels() + "/" + name);
     ASSERT_TRUE(src.ok()) << name << ": " << src.status();
-    // The default, and attention split into parts of 1 page (merged by log-sum-exp) on a pool.
+    // The default, and token-by-token decode with attention split into parts of 1 page (merged
+    // by log-sum-exp) on a pool.
     ThreadPool pool(2);
     RunnerOptions ro, split;
     split.attention_part_pages = 1;
@@ -75,7 +76,7 @@ TEST(TransformerRunner, MatchesTransformersOnRandomHfModels) {
       std::vector<int32_t> ids = seq.get<std::vector<int32_t>>();
       std::vector<float> want(ids.size() * vocab);
       lf.read(reinterpret_cast<char*>(want.data()), want.size() * sizeof(float));
-      for (int chunk : {0, 5, -5}) {  // one prefill; chunked prefill over pages (-5: split)
+      for (int chunk : {0, 5, -1}) {  // one prefill; chunked prefill over pages; split decode
         const std::vector<float> got =
             RunAll(chunk < 0 ? **split_runner : **runner, ids, std::abs(chunk));
         ASSERT_EQ(got.size(), want.size());

@@ -234,6 +234,10 @@ int main(int argc, char** argv) {
   if (const std::string s = Arg(argc, argv, "--fill"); !s.empty()) o.fill = s;
   if (const std::string s = Arg(argc, argv, "--steps"); !s.empty()) o.steps = std::atoi(s.c_str());
   o.smoke = Flag(argc, argv, "--smoke");
+  if (o.steps < 1) {
+    std::fprintf(stderr, "--steps must be >= 1\n");
+    return 1;
+  }
   if (o.shape != "smollm2" && o.shape != "tinyllama") {
     std::fprintf(stderr, "--shape must be smollm2 or tinyllama\n");
     return 1;
