@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <tuple>
 
 #include "kernels/cuda/activation.cuh"
@@ -811,16 +812,27 @@ bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64
              std::to_string(expect);
     return false;
   }
+  // The conversion (~3 ns per element on one core: seconds for a 1B model) runs on up to
+  // hardware_concurrency threads, 16K elements each at least.
   std::vector<uint16_t> conv(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    if (c.bf16) {
-      const __nv_bfloat16 v = __float2bfloat16_rn(data[i]);
-      std::memcpy(&conv[i], &v, 2);
-    } else {
-      const __half v = __float2half_rn(data[i]);
-      std::memcpy(&conv[i], &v, 2);
+  auto convert = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (c.bf16) {
+        const __nv_bfloat16 v = __float2bfloat16_rn(data[i]);
+        std::memcpy(&conv[i], &v, 2);
+      } else {
+        const __half v = __float2half_rn(data[i]);
+        std::memcpy(&conv[i], &v, 2);
+      }
     }
-  }
+  };
+  const int64_t n_threads =
+      std::clamp<int64_t>(count >> 14, 1, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (int64_t t = 1; t < n_threads; ++t)
+    threads.emplace_back(convert, count * t / n_threads, count * (t + 1) / n_threads);
+  convert(0, count / n_threads);
+  for (std::thread& t : threads) t.join();
   cudaError_t e = cudaMemcpy(static_cast<char*>(base) + offset * 2, conv.data(), count * 2,
                              cudaMemcpyHostToDevice);
   // A pageable copy may return before its DMA lands, and Forward's non-blocking stream is not
