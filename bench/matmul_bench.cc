@@ -140,7 +140,7 @@ void BM_DecodeToken(benchmark::State& state, GgmlType layer_type, int64_t n_toke
 }
 
 void RegisterAll() {
-  const CpuIsa isas[] = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512};
+  const CpuIsa isas[] = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx};
   struct Shape {
     GgmlType type;
     int64_t rows, cols;
@@ -151,7 +151,7 @@ void RegisterAll() {
       {GgmlType::kQ8_0, 1536, 576}, {GgmlType::kF16, 1536, 576},  {GgmlType::kF32, 1536, 576},
   };
   for (const Shape& s : shapes) {
-    for (int64_t n : {1, 8, 64, 512}) {
+    for (int64_t n : {1, 8, 16, 32, 64, 512}) {
       for (CpuIsa isa : isas) {
         if (isa == CpuIsa::kScalar && (n > 8 || s.rows > 1536)) continue;  // too slow to matter
         if (n == 512 && s.rows > 1536) continue;
@@ -182,8 +182,8 @@ void RegisterAll() {
     }
   }
   for (GgmlType t : {GgmlType::kQ4_1, GgmlType::kQ4_0}) {
-    for (int64_t n : {1, 64}) {
-      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    for (int64_t n : {1, 8, 64}) {
+      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx}) {
         for (int threads : {1, 2}) {
           for (bool split : {true, false}) {
             if (!split && (n > 1 || t != GgmlType::kQ4_1)) continue;

@@ -7,8 +7,33 @@
 
 #include "common/log.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace tinyserve {
 namespace {
+
+#if defined(__x86_64__) && defined(TINYSERVE_AMX_KERNELS)
+// AMX-TILE, AMX-BF16 and AVX512-BF16 in cpuid, the tile state enabled in XCR0 (bits 17, 18), and
+// the tile data state granted to this process (Linux 5.16+; without it the first tile
+// instruction faults).
+bool AmxUsable() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if ((d & (1u << 24)) == 0 || (d & (1u << 22)) == 0) return false;  // AMX-TILE, AMX-BF16
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || (a & (1u << 5)) == 0)
+    return false;                                                              // AVX512-BF16
+  if (!__get_cpuid(1, &a, &b, &c, &d) || (c & (1u << 27)) == 0) return false;  // OSXSAVE
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 0x60000u) != 0x60000u) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+#endif
 
 CpuIsa Detect() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,6 +43,9 @@ CpuIsa Detect() {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512vnni");
+#if defined(TINYSERVE_AMX_KERNELS)
+  if (avx512 && AmxUsable()) return CpuIsa::kAmx;
+#endif
   if (avx512) return CpuIsa::kAvx512;
   if (avx2) return CpuIsa::kAvx2;
 #endif
@@ -35,8 +63,10 @@ CpuIsa FromEnv(CpuIsa detected) {
     want = CpuIsa::kAvx2;
   } else if (v == "avx512") {
     want = CpuIsa::kAvx512;
+  } else if (v == "amx") {
+    want = CpuIsa::kAmx;
   } else {
-    TS_LOG(WARNING) << "TINYSERVE_CPU_ISA=" << v << " not understood (scalar, avx2, avx512)";
+    TS_LOG(WARNING) << "TINYSERVE_CPU_ISA=" << v << " not understood (scalar, avx2, avx512, amx)";
   }
   return std::min(want, detected);
 }
@@ -69,6 +99,8 @@ std::string_view CpuIsaName(CpuIsa isa) {
       return "avx2";
     case CpuIsa::kAvx512:
       return "avx512";
+    case CpuIsa::kAmx:
+      return "amx";
   }
   return "?";
 }

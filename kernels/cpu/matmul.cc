@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/quant_kernels.h"
@@ -143,7 +144,10 @@ void MatMulReference(const Matrix& w, const float* x, int64_t n_tokens, float* y
 
 const CpuKernels& CpuKernelsFor(CpuIsa isa) {
 #if defined(TINYSERVE_X86_KERNELS)
-  if (isa == CpuIsa::kAvx512) return Avx512CpuKernels();
+#if defined(TINYSERVE_AMX_KERNELS)
+  if (isa == CpuIsa::kAmx) return AmxCpuKernels();
+#endif
+  if (isa >= CpuIsa::kAvx512) return Avx512CpuKernels();
   if (isa == CpuIsa::kAvx2) return Avx2CpuKernels();
 #else
   (void)isa;
@@ -152,25 +156,6 @@ const CpuKernels& CpuKernelsFor(CpuIsa isa) {
 }
 
 namespace {
-
-// A 64-byte aligned, growable scratch buffer (one per thread: activations, repacked rows).
-class AlignedScratch {
- public:
-  ~AlignedScratch() { std::free(data_); }
-  uint8_t* Get(size_t bytes) {
-    if (bytes > capacity_) {
-      std::free(data_);
-      capacity_ = (bytes + 4095) / 4096 * 4096;
-      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, capacity_));
-      TS_CHECK(data_ != nullptr);
-    }
-    return data_;
-  }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t capacity_ = 0;
-};
 
 // Runs body(r0, r1, thread) over the output rows: on the caller alone when the work is too small
 // to share (see kMatMulMinBytesPerThread), else split in row ranges aligned to 16 rows (one
@@ -230,8 +215,35 @@ void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
     }
   }
 
-  // Quantize the activations once (token rows in parallel when there are many).
+  // Many tokens on split-layout weights take the tile path (AMX, bf16) where the CPU has one.
+  // Either path converts the activations once (token rows in parallel when there are many).
+  const TileKernels* tiles =
+      k.tiles != nullptr && w.layout == MatrixLayout::kSplit && n_tokens >= k.tiles->min_tokens
+          ? k.tiles
+          : nullptr;
   static thread_local AlignedScratch act_scratch;
+  if (tiles != nullptr) {
+    const size_t tile_bytes = tiles->tile_bytes(w.cols);
+    const int64_t n_tiles = (n_tokens + kTileTokens - 1) / kTileTokens;
+    uint8_t* acts = act_scratch.Get(tile_bytes * static_cast<size_t>(n_tiles));
+    auto quantize = [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = i * kTileTokens;
+        tiles->convert_tile(w.type, x + t * w.cols, std::min(kTileTokens, n_tokens - t), w.cols,
+                            acts + i * tile_bytes);
+      }
+    };
+    if (pool != nullptr && pool->num_threads() > 1 && n_tiles > 1) {
+      pool->ParallelFor(n_tiles, quantize);
+    } else {
+      quantize(0, n_tiles, 0);
+    }
+    ForRows(w, n_tokens, pool, [&](int64_t r0, int64_t r1, int) {
+      tiles->gemm_split(w.type, w.Row(r0), w.row_bytes, r1 - r0, w.cols, acts, n_tokens, y + r0,
+                        w.rows);
+    });
+    return;
+  }
   const size_t act_stride = ActRowBytes(w.cols);
   uint8_t* acts = act_scratch.Get(act_stride * static_cast<size_t>(n_tokens));
   auto quantize = [&](int64_t t0, int64_t t1, int) {

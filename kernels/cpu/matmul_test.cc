@@ -9,6 +9,12 @@
 //    at most Σ_i |w_i|·d_a(i)/2 (d_a = block amax / 127), about 1e-2 of Σ|w·x| on random data;
 //    we check that bound (×1.01 plus 1e-5·Σ|w·x| for rounding).
 //  F32 / F16 weights: |y − MatMulReference| <= 1e-5 · Σ|w·x|.
+// The AMX tile path (many tokens) multiplies in bf16 instead; its oracles are Bf16Reference
+// (Σ bf16(w)·bf16(x) in float64, within fp32 summation error plus one weight rounding to the other
+// bf16 neighbour) and the float product within 2^-8 · Σ|w·x| (two bf16 roundings) plus rounding.
+#include "kernels/cpu/matmul.h"
+
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -21,7 +27,6 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequant.h"
-#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/weight_layout.h"
 
@@ -30,7 +35,7 @@ namespace {
 
 std::vector<CpuIsa> AvailableIsas() {
   std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512})
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx})
     if (isa <= DetectedCpuIsa()) out.push_back(isa);
   return out;
 }
@@ -174,6 +179,44 @@ Expected FloatReference(const Matrix& w, const float* x, int64_t n_tokens) {
   return e;
 }
 
+// Round to nearest even bf16 (finite inputs).
+double RoundBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+// The tile path's oracles: [0] the bf16 product, [1] the float product with the bf16 bound.
+std::array<Expected, 2> Bf16Reference(const Matrix& w, const float* x, int64_t n_tokens) {
+  std::array<Expected, 2> e;
+  for (Expected& x : e)
+    x = {std::vector<double>(n_tokens * w.rows), std::vector<double>(n_tokens * w.rows)};
+  std::vector<float> row(w.cols);
+  const double sum_err = static_cast<double>(w.cols) * 0x1p-24;  // fp32 accumulation, worst case
+  for (int64_t r = 0; r < w.rows; ++r) {
+    MatrixRowToFloat(w, r, row.data());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const float* xt = x + t * w.cols;
+      double sum = 0, exact = 0, mag = 0, big = 0;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        const double term = RoundBf16(row[c]) * RoundBf16(xt[c]);
+        sum += term;
+        exact += static_cast<double>(row[c]) * xt[c];
+        mag += std::fabs(term);
+        big = std::max(big, std::fabs(term));
+      }
+      e[0].value[t * w.rows + r] = sum;
+      e[0].tolerance[t * w.rows + r] = sum_err * mag + 0x1p-8 * big + 1e-30;
+      e[1].value[t * w.rows + r] = exact;
+      e[1].tolerance[t * w.rows + r] = (0x1p-8 * 1.01 + sum_err) * mag + 1e-30;
+    }
+  }
+  return e;
+}
+
 // Counts failures, printing the first few with their configuration.
 int Compare(const std::vector<float>& y, const Expected& e, const std::string& what) {
   int bad = 0;
@@ -198,16 +241,21 @@ TEST(MatMul, AllPathsMatchReferencesOnOddShapes) {
     const bool quantized = HasSplitLayout(type);
     for (int64_t rows : {1, 3, 17, 33, 129}) {
       for (int64_t cols : {32, 96, 576, 1536}) {
-        for (int64_t n_tokens : {1, 2, 5, 8, 13}) {
+        for (int64_t n_tokens : {1, 2, 5, 8, 13, 16, 37}) {
           const Matrix ggml = RandomMatrix(type, rows, cols, ++seed);
           const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
           const Expected same = quantized ? SameActsReference(ggml, x.data(), n_tokens) : Expected{};
           const Expected flt = FloatReference(ggml, x.data(), n_tokens);
+          std::array<Expected, 2> bf16;  // computed when a case takes the tile path
           for (bool repack : {false, true}) {
             if (repack && !quantized) continue;
             const Matrix w = repack ? RepackToSplit(ggml) : ggml;
             for (CpuIsa isa : AvailableIsas()) {
               SetActiveCpuIsa(isa);
+              const TileKernels* tiles = CpuKernelsFor(isa).tiles;
+              const bool tile_path = tiles != nullptr && repack && n_tokens >= tiles->min_tokens;
+              if (tile_path && bf16[0].value.empty())
+                bf16 = Bf16Reference(ggml, x.data(), n_tokens);
               for (auto& pool : pools) {
                 const std::string what = std::string(GgmlTypeName(type)) + " " +
                                          std::to_string(rows) + "x" + std::to_string(cols) +
@@ -217,6 +265,11 @@ TEST(MatMul, AllPathsMatchReferencesOnOddShapes) {
                                          std::to_string(pool->num_threads());
                 std::vector<float> y(n_tokens * rows, NAN);
                 MatMul(w, x.data(), n_tokens, y.data(), pool.get());
+                if (tile_path) {
+                  if (Compare(y, bf16[0], what + " (tile path) vs bf16") > 0) return;
+                  if (Compare(y, bf16[1], what + " (tile path) vs float") > 0) return;
+                  continue;
+                }
                 if (quantized && Compare(y, same, what + " vs same-acts") > 0) return;
                 if (Compare(y, flt, what + " vs float") > 0) return;
               }
@@ -301,6 +354,32 @@ TEST(MatMul, ActivationQuantizersMatchReferenceBits) {
   }
 }
 
+// The tile path's activation tiles (AMX): [nb][16 pair rows][16 tokens][2 bf16], rounded to
+// nearest even, tokens past n zero.
+TEST(MatMul, TileActivationsAreBf16InBlockOrder) {
+  const CpuKernels& k = CpuKernelsFor(DetectedCpuIsa());
+  if (k.tiles == nullptr) GTEST_SKIP() << "no tile path (AMX) on this CPU";
+  const int64_t cols = 32 * 7, nb = cols / 32;
+  const std::vector<float> x = RandomFloats(3 * cols, 5, -3.0f, 3.0f);
+  alignas(64) uint8_t tile[8192];
+  ASSERT_EQ(k.tiles->tile_bytes(cols), static_cast<size_t>(nb) * 1024);
+  std::memset(tile, 0xAB, sizeof(tile));
+  k.tiles->convert_tile(GgmlType::kQ4_1, x.data(), 3, cols, tile);
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int t = 0; t < 16; ++t) {
+      for (int j = 0; j < 32; ++j) {
+        uint16_t h;
+        std::memcpy(&h, tile + b * 1024 + (j / 2) * 64 + t * 4 + (j % 2) * 2, 2);
+        const uint32_t u = static_cast<uint32_t>(h) << 16;
+        float got;
+        std::memcpy(&got, &u, 4);
+        const double want = t < 3 ? RoundBf16(x[t * cols + 32 * b + j]) : 0.0;
+        ASSERT_EQ(got, want) << "block " << b << " token " << t << " element " << j;
+      }
+    }
+  }
+}
+
 TEST(MatMul, SplitLayoutRoundTripsAndSlices) {
   for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
     for (int64_t cols : {32, 160, 576}) {
@@ -337,7 +416,7 @@ TEST(CpuFeatures, ClampsToDetected) {
   IsaGuard guard;
   EXPECT_EQ(SetActiveCpuIsa(CpuIsa::kScalar), CpuIsa::kScalar);
   EXPECT_EQ(ActiveCpuIsa(), CpuIsa::kScalar);
-  EXPECT_EQ(SetActiveCpuIsa(CpuIsa::kAvx512), DetectedCpuIsa());
+  EXPECT_EQ(SetActiveCpuIsa(CpuIsa::kAmx), DetectedCpuIsa());
   EXPECT_EQ(CpuIsaName(CpuIsa::kAvx2), "avx2");
 }
 

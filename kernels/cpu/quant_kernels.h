@@ -42,6 +42,20 @@ inline size_t ActDlaneOffset(int64_t cols) { return static_cast<size_t>(ActGroup
 inline size_t ActIcorrOffset(int64_t cols) { return static_cast<size_t>(ActGroups(cols) * 192); }
 inline size_t ActBiasOffset(int64_t cols) { return static_cast<size_t>(ActGroups(cols) * 256); }
 
+// A second path for products of many tokens (AMX tile kernels, quant_dot_amx.cc), on split-layout
+// weights. It multiplies in bf16 with fp32 accumulation instead of the int8 block dots above, and
+// takes its activations in tiles of kTileTokens token rows.
+inline constexpr int64_t kTileTokens = 16;
+struct TileKernels {
+  int64_t min_tokens;                  // MatMul takes this path for n_tokens >= min_tokens
+  size_t (*tile_bytes)(int64_t cols);  // one tile of activations (a multiple of 64)
+  // Token rows x[0..n) (n <= kTileTokens) -> one tile (bf16); the rows past n are zero.
+  void (*convert_tile)(GgmlType wtype, const float* x, int64_t n, int64_t cols, uint8_t* dst);
+  // As CpuKernels::gemm_split, with acts = ceil(n_tokens / kTileTokens) tiles, tile_bytes apart.
+  void (*gemm_split)(GgmlType wtype, const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
+                     const uint8_t* acts, int64_t n_tokens, float* y, int64_t ldy);
+};
+
 struct CpuKernels {
   // One token row x[cols] -> dst[ActRowBytes(cols)] for weights of type wtype.
   // REQUIRES: cols % 32 == 0; dst 64-byte aligned.
@@ -56,6 +70,7 @@ struct CpuKernels {
                    int64_t n_tokens, float* y, int64_t ldy);
   void (*gemm_f16)(const uint16_t* w, int64_t w_stride, int64_t nrows, int64_t cols,
                    const float* x, int64_t n_tokens, float* y, int64_t ldy);
+  const TileKernels* tiles = nullptr;  // AMX; null on other paths
 };
 
 // The table for an instruction set (REQUIRES: isa <= DetectedCpuIsa()).
@@ -65,6 +80,8 @@ const CpuKernels& ScalarCpuKernels();
 #if defined(TINYSERVE_X86_KERNELS)
 const CpuKernels& Avx2CpuKernels();
 const CpuKernels& Avx512CpuKernels();
+// The AVX-512 table plus the AMX tile path (REQUIRES: DetectedCpuIsa() == CpuIsa::kAmx).
+const CpuKernels& AmxCpuKernels();
 // The AVX2 activation quantizer, shared by the AVX-512 table.
 void QuantizeActsAvx2(GgmlType wtype, const float* x, int64_t cols, uint8_t* dst);
 #endif
@@ -72,5 +89,9 @@ void QuantizeActsAvx2(GgmlType wtype, const float* x, int64_t cols, uint8_t* dst
 // Tokens per cache block in gemm_split: activations of this many tokens stay in L1 while
 // every row of the range streams past them.
 inline constexpr int64_t kTokenBlock = 32;
+
+// Products of at least this many tokens take the AMX path where it exists (measured:
+// bench/matmul_bench, docs/PERFORMANCE.md).
+inline constexpr int64_t kAmxMinTokens = 12;
 
 }  // namespace tinyserve
