@@ -11,7 +11,8 @@ to commit (49,152 per position), so tests/golden/smollm2/logits.bin keeps, per p
 Format: little-endian; header u32 n_prompts; per prompt: u32 n_tokens, n_tokens x i32 ids,
 then n_tokens records of: i32 argmax, f32 max, f32 min, 32 x f32 fixed, 8 x i32 top ids,
 8 x f32 top logits. The fixed ids are in manifest.json.
-manifest.json also holds 64 greedy tokens after each short prompt (llama.cpp, argmax decoding).
+manifest.json also holds 64 greedy tokens after each short prompt (llama.cpp, argmax decoding),
+with the gap between the best and second-best logit at each of those steps.
 """
 import hashlib
 import json
@@ -44,17 +45,20 @@ def prompts():
 
 
 def greedy(llm, ids, n=64):
-    """Greedy continuation after evaluating ids; returns (tokens, prompt logits)."""
+    """Greedy continuation after evaluating ids; returns (tokens, prompt logits, margins): the
+    margin of step i is the gap between the best and second-best logit it chose from."""
     llm.reset()
     llm.eval(ids)
     logits = np.array(llm.scores[: len(ids)], dtype=np.float32)
-    last, gen = logits[-1], []
+    last, gen, margins = logits[-1], [], []
     for _ in range(n):
         nxt = int(np.argmax(last))
         gen.append(nxt)
+        top2 = np.partition(last, -2)[-2:]
+        margins.append(float(top2[1] - top2[0]))
         llm.eval([nxt])
         last = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
-    return gen, logits
+    return gen, logits, margins
 
 
 def main():
@@ -90,13 +94,14 @@ def main():
         # llama.cpp against itself: the same prompt evaluated one token at a time (its decode
         # kernels) instead of in one batch (its prefill kernels). How far its own logits move
         # bounds how closely any other implementation can be expected to match them.
-        gen_alt, alt = greedy(llm_tok, ids)
+        gen_alt, alt, _ = greedy(llm_tok, ids)
         rng = logits.max(1) - logits.min(1)
         entry["llama_cpp_self_worst_share"] = float((np.abs(logits - alt).max(1) / rng).max())
         entry["llama_cpp_self_argmax_agreement"] = float((logits.argmax(1) == alt.argmax(1)).mean())
         if name != "alice_long":
-            gen, _ = greedy(llm, ids)
+            gen, _, margins = greedy(llm, ids)
             entry["greedy_64"] = gen
+            entry["greedy_64_margins"] = [round(m, 4) for m in margins]
             entry["greedy_64_token_by_token"] = gen_alt
             entry["prompt_ids"] = ids
         print(name, entry["llama_cpp_self_worst_share"], entry["llama_cpp_self_argmax_agreement"],

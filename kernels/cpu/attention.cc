@@ -37,6 +37,24 @@ bool DetectSimd() {
 
 const bool kSimd = DetectSimd();
 
+// The AVX-512 prefill block kernel (attention_prefill.cc): on with SIMD attention on a CPU with
+// AVX-512 F/BW/VL, unless TINYSERVE_ATTENTION_ISA or TINYSERVE_CPU_ISA asks for avx2.
+bool DetectPrefillAvx512() {
+#if defined(TINYSERVE_PREFILL_AVX512)
+  if (!kSimd) return false;
+  for (const char* var : {"TINYSERVE_CPU_ISA", "TINYSERVE_ATTENTION_ISA"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && std::strcmp(v, "avx2") == 0) return false;
+  }
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+const bool kPrefillAvx512 = DetectPrefillAvx512();
+
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma,f16c"))) void Fp16ToFloatAvx2(const fp16_t* src, float* dst,
                                                                int n) {
@@ -445,6 +463,39 @@ void AttendSpans(const float* q, int n_q, int head_dim, const KvSpan* spans, int
   }
 #endif
   AttendImpl<ScalarOps>(q, n_q, head_dim, spans, n_spans, options, out);
+}
+
+#if defined(TINYSERVE_PREFILL_AVX512)
+void AttendCausalBlockAvx512(const float* q, int64_t q_stride, int n_rows, int n_q, int d,
+                             int64_t pos0, const KvSpan* spans, int n_spans, float scale,
+                             float* out, int64_t out_stride);
+#endif
+
+void AttendCausalBlock(const float* q, int64_t q_stride, int n_rows, int n_q, int head_dim,
+                       int64_t pos0, const KvSpan* spans, int n_spans, float scale, float* out,
+                       int64_t out_stride) {
+#if defined(TINYSERVE_PREFILL_AVX512)
+  if (kPrefillAvx512) {
+    AttendCausalBlockAvx512(q, q_stride, n_rows, n_q, head_dim, pos0, spans, n_spans, scale, out,
+                            out_stride);
+    return;
+  }
+#endif
+  // Row by row over the row's own tokens: the spans cut at pos0 + r + 1 tokens.
+  std::vector<KvSpan> own;
+  AttendOptions opt;
+  opt.scale = scale;
+  for (int r = 0; r < n_rows; ++r) {
+    int64_t left = pos0 + r + 1;
+    own.clear();
+    for (int i = 0; i < n_spans && left > 0; ++i) {
+      own.push_back(spans[i]);
+      own.back().n = static_cast<int>(std::min<int64_t>(spans[i].n, left));
+      left -= own.back().n;
+    }
+    AttendSpans(q + r * q_stride, n_q, head_dim, own.data(), static_cast<int>(own.size()), opt,
+                out + r * out_stride);
+  }
 }
 
 namespace {

@@ -59,6 +59,18 @@ void AttendSpans(const float* q, int n_q, int head_dim, const KvSpan* spans, int
 void AttendSpansReference(const float* q, int n_q, int head_dim, const KvSpan* spans,
                           int n_spans, const AttendOptions& options, float* out);
 
+// Causal attention for a block of consecutive prefill rows of one sequence and one GQA group:
+// row r (< n_rows) has n_q query heads at q + r·q_stride ([n_q][head_dim]), sits at position
+// pos0 + r and attends tokens [0, pos0 + r] of the spans (taken in order, as one sequence; they
+// must hold at least pos0 + n_rows tokens). Writes out + r·out_stride. Each row gets what
+// AttendSpans gives it over its own tokens, up to summation order; the block reads the K/V once
+// for all its rows instead of once per row. Uses the AVX-512 kernel where the CPU has it and
+// attention SIMD is on, else AttendSpans row by row.
+// REQUIRES: head_dim % 32 == 0, head_dim <= 256.
+void AttendCausalBlock(const float* q, int64_t q_stride, int n_rows, int n_q, int head_dim,
+                       int64_t pos0, const KvSpan* spans, int n_spans, float scale, float* out,
+                       int64_t out_stride);
+
 // fp16 -> fp32 for n values (F16C when available).
 void Fp16ToFloatRow(const fp16_t* src, float* dst, int n);
 

@@ -167,6 +167,79 @@ TEST(AttendSpans, Int8AndFp16OfTheSameValuesAgree) {
 
 // The group score from the sign-split query equals the sum of the heads' box scores, and it
 // bounds the group's summed q·k of every key inside the box.
+// A block of prefill rows against the per-row reference over each row's own tokens: fp16 and
+// int8 spans of page size and odd sizes, blocks starting at 0 and mid-sequence, rows from 1 to
+// more than the kernel's register block, groups 1-8, head dims 32-128.
+TEST(AttendCausalBlock, EachRowMatchesTheReferenceOverItsOwnTokens) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0, 1.5f);
+  struct BlockCase {
+    int n_rows, n_q, d;
+    int64_t pos0;
+    std::vector<int> span_lens;
+    bool int8;
+  };
+  for (const BlockCase& c :
+       {BlockCase{1, 3, 64, 0, {16}, false}, BlockCase{7, 3, 64, 0, {16}, false},
+        BlockCase{32, 3, 64, 0, {16, 16}, false},
+        BlockCase{32, 3, 64, 40, {16, 16, 16, 16, 8}, false},
+        BlockCase{5, 8, 128, 21, {16, 10}, false}, BlockCase{9, 1, 32, 3, {5, 16, 7}, false},
+        BlockCase{17, 4, 64, 30, {16, 16, 16}, true}, BlockCase{3, 2, 96, 61, {64, 3}, false}}) {
+    int total = 0;
+    for (int n : c.span_lens) total += n;
+    ASSERT_GE(total, c.pos0 + c.n_rows);
+    std::vector<std::vector<fp16_t>> ks, vs;
+    std::vector<std::vector<int8_t>> k8s, v8s;
+    std::vector<float> kscale(c.d);
+    for (auto& x : kscale) x = 0.01f + 0.02f * std::fabs(nd(rng));
+    std::vector<KvSpan> spans;
+    for (int n : c.span_lens) {
+      if (c.int8) {
+        k8s.emplace_back(n * c.d);
+        v8s.emplace_back(n * c.d);
+        for (auto& x : k8s.back()) x = static_cast<int8_t>(std::clamp(nd(rng) * 40, -127.f, 127.f));
+        for (auto& x : v8s.back()) x = static_cast<int8_t>(std::clamp(nd(rng) * 40, -127.f, 127.f));
+        spans.push_back(
+            KvSpan::Int8(k8s.back().data(), kscale.data(), v8s.back().data(), 0.03f, n));
+      } else {
+        ks.emplace_back(n * c.d);
+        vs.emplace_back(n * c.d);
+        for (auto& x : ks.back()) x = FloatToFp16(nd(rng));
+        for (auto& x : vs.back()) x = FloatToFp16(nd(rng));
+        spans.push_back({ks.back().data(), vs.back().data(), n});
+      }
+    }
+    // Rows padded apart (stride > n_q·d) to check the strides.
+    const int64_t stride = c.n_q * c.d + 8;
+    std::vector<float> q(c.n_rows * stride);
+    for (auto& x : q) x = nd(rng);
+    std::vector<float> out(c.n_rows * stride, NAN);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    AttendCausalBlock(q.data(), stride, c.n_rows, c.n_q, c.d, c.pos0, spans.data(),
+                      static_cast<int>(spans.size()), scale, out.data(), stride);
+    for (int r = 0; r < c.n_rows; ++r) {
+      std::vector<KvSpan> own;
+      int64_t left = c.pos0 + r + 1;
+      for (const KvSpan& sp : spans) {
+        if (left <= 0) break;
+        own.push_back(sp);
+        own.back().n = static_cast<int>(std::min<int64_t>(sp.n, left));
+        left -= own.back().n;
+      }
+      std::vector<float> ref(c.n_q * c.d);
+      AttendOptions o;
+      o.scale = scale;
+      AttendSpansReference(q.data() + r * stride, c.n_q, c.d, own.data(),
+                           static_cast<int>(own.size()), o, ref.data());
+      for (int i = 0; i < c.n_q * c.d; ++i) {
+        ASSERT_NEAR(out[r * stride + i], ref[i], 1e-4f * (1 + std::fabs(ref[i])))
+            << "rows " << c.n_rows << " n_q " << c.n_q << " d " << c.d << " pos0 " << c.pos0
+            << " row " << r << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(BoxScoreSplit, EqualsTheSumOfTheHeadsBoxScores) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0, 1.5f);

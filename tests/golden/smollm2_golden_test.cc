@@ -1,10 +1,12 @@
 // SmolLM2-135M-Instruct Q4_1 against llama.cpp (tests/golden/smollm2, made by
 // scripts/make_engine_goldens.py with llama-cpp-python): logits at every position of three
-// prompts (one of 1,100 tokens), argmax agreement, and 64 greedy tokens identical.
-// Skips when the model is not downloaded.
+// prompts (one of 1,100 tokens), argmax agreement, and 64 greedy tokens identical up to
+// llama.cpp's first near-tie. Skips when the model is not downloaded.
 //
-// Tolerance. Both engines quantize activations to int8 per block before every weight product;
-// the two never round identically, and attention amplifies the difference with context. llama.cpp
+// Tolerance. Both engines quantize activations to int8 per block before every weight product
+// (on a CPU with AMX our products of 12+ tokens multiply in bf16 instead, so our prompt logits
+// come from that path; ctest also runs this test with TINYSERVE_CPU_ISA=avx512); the two never
+// round identically, and attention amplifies the difference with context. llama.cpp
 // does not reproduce itself at that level either: the same prompt evaluated one token at a time
 // (its decode kernels) instead of in one batch moves its logits by up to 3.0% (38 tokens) and
 // 5.0% (1,100 tokens) of their range and changes 2.6% and 4.4% of the argmaxes (recorded per
@@ -154,8 +156,15 @@ class Collect : public RequestSink {
   std::vector<int32_t> ids;
 };
 
-// 64 greedy tokens identical where llama.cpp agrees with itself for all 64 ("capital"); on a
-// prompt where llama.cpp's own two paths part ways (chat: at token 37), the first 16 must agree.
+// 64 greedy tokens through the engine, identical to llama.cpp's at least up to the first step
+// where llama.cpp itself nearly tied: where its best and second-best logits were less than
+// kNearTie apart. Our logits sit within 3-4 % of the range (about a logit) of llama.cpp's, and
+// rounding-level changes anywhere upstream move them by as much (the int8 activations turn
+// rounding into quantization steps; see docs/CORRECTNESS.md), so past a near-tie either choice
+// is right and the two continuations are different texts. Before it, a differing token means a
+// real disagreement.
+constexpr float kNearTie = 0.5f;
+
 TEST_F(SmolLM2Golden, SixtyFourGreedyTokensIdentical) {
   EngineOptions o;
   o.model_path = DefaultModelPath();
@@ -177,16 +186,17 @@ TEST_F(SmolLM2Golden, SixtyFourGreedyTokensIdentical) {
     (*engine)->RunUntilIdle();
     const auto want = p["greedy_64"].get<std::vector<int32_t>>();
     const auto alt = p["greedy_64_token_by_token"].get<std::vector<int32_t>>();
-    size_t self = 0, same = 0;
+    const auto margins = p["greedy_64_margins"].get<std::vector<float>>();
+    ASSERT_EQ(margins.size(), want.size());
+    size_t self = 0, same = 0, tie = 0;
     while (self < want.size() && want[self] == alt[self]) ++self;
     while (same < want.size() && same < sink->ids.size() && want[same] == sink->ids[same]) ++same;
-    std::printf("%s: %zu of 64 greedy tokens identical (llama.cpp vs itself: %zu)\n",
-                std::string(p["name"]).c_str(), same, self);
-    if (self == want.size()) {
-      EXPECT_EQ(sink->ids, want) << p["name"];
-    } else {
-      EXPECT_GE(same, 16u) << p["name"];
-    }
+    while (tie < margins.size() && margins[tie] >= kNearTie) ++tie;
+    std::printf(
+        "%s: first %zu of 64 greedy tokens identical (llama.cpp vs itself: %zu; its "
+        "first near-tie: step %zu)\n",
+        std::string(p["name"]).c_str(), same, self, tie);
+    EXPECT_GE(same, tie) << p["name"];
   }
 }
 

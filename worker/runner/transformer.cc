@@ -379,6 +379,24 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
   // on the page count alone, so a row's result does not depend on the batch it runs in or the
   // thread count.
   const size_t kPartPages = static_cast<size_t>(std::max(1, options_.attention_part_pages));
+  // Prefill rows (a sequence with more than one new row; always dense) go in blocks of
+  // kPrefillBlockRows consecutive rows per KV head: AttendCausalBlock reads the prefix once per
+  // block instead of once per row. A row's result does not depend on the block it falls in.
+  struct PrefillBlock {
+    int t0, n_rows, h;
+  };
+  constexpr int kPrefillBlockRows = 32;
+  std::vector<PrefillBlock> blocks;
+  std::vector<char> in_block(T, 0);
+  if (hd % 32 == 0 && hd <= 256) {
+    for (size_t s = 0; s + 1 < row0.size(); ++s) {
+      if (batch[s].n <= 1) continue;
+      for (int t = row0[s]; t < row0[s + 1]; t += kPrefillBlockRows)
+        for (int h = 0; h < kv_local_; ++h)
+          blocks.push_back({t, std::min(kPrefillBlockRows, row0[s + 1] - t), h});
+      std::fill(in_block.begin() + row0[s], in_block.begin() + row0[s + 1], 1);
+    }
+  }
   std::vector<std::vector<int32_t>> pending(items);  // chosen pages of the split items
   auto body = [&](int64_t b, int64_t e, int) {
     std::vector<KvSpan> spans;
@@ -386,6 +404,7 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
     std::vector<float> scores, lse(group);
     for (int64_t it = b; it < e; ++it) {
       const int t = static_cast<int>(it / kv_local_), h = static_cast<int>(it % kv_local_);
+      if (in_block[t]) continue;
       const SeqInput& in = batch[seq_of_row[t]];
       const int64_t pos = in.start_pos + (t - row0[seq_of_row[t]]);
       const int64_t n_tok = pos + 1;  // causal: this token and everything before it
@@ -447,6 +466,26 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
     }
   };
   parallel(items, body);
+  if (!blocks.empty()) {
+    parallel(static_cast<int64_t>(blocks.size()), [&](int64_t b, int64_t e, int) {
+      std::vector<KvSpan> spans;
+      std::vector<int32_t> all;
+      for (int64_t i = b; i < e; ++i) {
+        const PrefillBlock& pb = blocks[i];
+        const int s = seq_of_row[pb.t0];
+        const int64_t pos0 = batch[s].start_pos + (pb.t0 - row0[s]);
+        const int64_t n_pages = (pos0 + pb.n_rows + ps - 1) / ps;
+        all.resize(static_cast<size_t>(n_pages));
+        for (int64_t p = 0; p < n_pages; ++p) all[p] = static_cast<int32_t>(p);
+        // The spans of the block's last row: every token any row of the block attends.
+        page_spans(int64_t{pb.t0 + pb.n_rows - 1} * kv_local_ + pb.h, all.data(), all.size(),
+                   &spans);
+        const int64_t first = int64_t{pb.t0} * kv_local_ + pb.h;
+        AttendCausalBlock(q_of(first), qdim, pb.n_rows, group, hd, pos0, spans.data(),
+                          static_cast<int>(spans.size()), scale, out_of(first), qdim);
+      }
+    });
+  }
 
   // The split items: parts (item, first chosen index), attended with their log-sum-exp.
   std::vector<std::pair<int64_t, size_t>> parts;

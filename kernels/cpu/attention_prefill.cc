@@ -1,0 +1,221 @@
+// Causal attention for a block of prefill rows (AVX-512; this file is compiled with -mavx512f
+// -mavx512bw -mavx512vl -mfma -mf16c and only called when the CPU has them).
+//
+// Row by row, prefill attention reads the whole prefix once per query row: at 8K tokens that is
+// ~770 GB of K/V for SmolLM2 and the step waits on memory. Here a block of rows of one sequence
+// and one GQA group walks the prefix once, in tiles of 16 tokens: each tile's K (transposed) and
+// V are widened to fp32 once and used by every query vector of the block (rows x group heads),
+// so the work becomes arithmetic: Q·Kᵀ and P·V as register-blocked FMA loops over 8 query vectors
+// at a time, with the online softmax (base 2, the query pre-scaled by scale·log2 e) in between.
+// All in fp32, like AttendSpans; only the order of the sums differs.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/log.h"
+#include "kernels/cpu/aligned_scratch.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/transpose512.h"
+
+namespace tinyserve {
+namespace {
+
+constexpr int kTok = 16;  // tokens per tile
+constexpr int kMr = 8;    // query vectors per register block
+
+inline float HMax(__m512 v) {
+  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float HSum(__m512 v) {
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 2^x for x <= 0 (x = -inf gives 0): x = n + r, |r| <= 1/2, 2^r by its degree-7 Taylor
+// polynomial in r·ln 2 (relative error < 1e-8), scaled by 2^n with vscalefps.
+inline __m512 Exp2(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.5252734e-5f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.5403530e-4f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3333558e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.6181291e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504109e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022651e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Tokens [off, off + n) of a span (n <= 16) -> kt[d][16] (K transposed) and vt[16][d] in fp32;
+// token slots n..15 are zero.
+void LoadTile(const KvSpan& s, int off, int n, int d, float* kt, float* vt) {
+  alignas(64) float krows[kTok * 256];
+  for (int j = 0; j < kTok; ++j) {
+    float* kr = krows + j * d;
+    float* vr = vt + j * d;
+    if (j >= n) {
+      std::memset(kr, 0, d * sizeof(float));
+      std::memset(vr, 0, d * sizeof(float));
+      continue;
+    }
+    const int64_t row = static_cast<int64_t>(off + j) * d;
+    for (int c = 0; c < d; c += 16) {
+      if (s.type == KvSpanType::kF16) {
+        _mm512_store_ps(
+            kr + c,
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.k + row + c))));
+        _mm512_store_ps(
+            vr + c,
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.v + row + c))));
+      } else {
+        const __m512 k8 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.k8 + row + c))));
+        const __m512 v8 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.v8 + row + c))));
+        _mm512_store_ps(kr + c, _mm512_mul_ps(k8, _mm512_loadu_ps(s.k_scales + c)));
+        _mm512_store_ps(vr + c, _mm512_mul_ps(v8, _mm512_set1_ps(s.v_scale)));
+      }
+    }
+  }
+  for (int c = 0; c < d; c += 16) {
+    __m512i v[kTok];
+    for (int j = 0; j < kTok; ++j) v[j] = _mm512_castps_si512(_mm512_load_ps(krows + j * d + c));
+    Transpose16x16(v);
+    for (int i = 0; i < 16; ++i) _mm512_store_ps(kt + (c + i) * kTok, _mm512_castsi512_ps(v[i]));
+  }
+}
+
+struct State {
+  float* q;  // [m_pad][d] pre-scaled queries
+  float* o;  // [m_pad][d] unnormalised outputs
+  float* m;  // [m_pad] running max (base 2)
+  float* l;  // [m_pad] running sum
+};
+
+// One register block of query vectors m0..m0+kMr-1 (those >= m_end are padding) against one
+// tile of n tokens at positions j0.. . Query vector m belongs to row m / n_q at position
+// pos0 + m / n_q and sees tokens up to it; one that sees none of the tile keeps its state.
+void BlockTile(const State& st, int m0, int m_end, int n_q, int d, int64_t pos0, int64_t j0, int n,
+               const float* kt, const float* vt) {
+  __m512 s[kMr];
+  for (int i = 0; i < kMr; ++i) s[i] = _mm512_setzero_ps();
+  const float* q = st.q + static_cast<size_t>(m0) * d;
+  for (int k = 0; k < d; ++k) {
+    const __m512 kv = _mm512_load_ps(kt + k * kTok);
+    for (int i = 0; i < kMr; ++i) s[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * d + k]), kv, s[i]);
+  }
+  alignas(64) float p[kMr][kTok];
+  float alpha[kMr];
+  for (int i = 0; i < kMr; ++i) {
+    const int m = m0 + i;
+    const int64_t limit = m < m_end ? std::min<int64_t>(n, pos0 + m / n_q - j0 + 1) : 0;
+    if (limit <= 0) {
+      _mm512_store_ps(p[i], _mm512_setzero_ps());
+      alpha[i] = 1.0f;
+      continue;
+    }
+    const __mmask16 valid = limit >= kTok ? __mmask16(0xffff) : __mmask16((1u << limit) - 1);
+    const __m512 si =
+        _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s[i]);
+    const float m_new = std::max(st.m[m], HMax(si));
+    alpha[i] = std::exp2(st.m[m] - m_new);
+    const __m512 pi = Exp2(_mm512_sub_ps(si, _mm512_set1_ps(m_new)));
+    st.l[m] = st.l[m] * alpha[i] + HSum(pi);
+    st.m[m] = m_new;
+    _mm512_store_ps(p[i], pi);
+  }
+  // O = O·alpha + P·V, 32 columns at a time (kMr x 2 accumulators).
+  for (int c = 0; c < d; c += 32) {
+    __m512 acc[kMr][2];
+    for (int i = 0; i < kMr; ++i) {
+      const float* o = st.o + static_cast<size_t>(m0 + i) * d + c;
+      const __m512 a = _mm512_set1_ps(alpha[i]);
+      acc[i][0] = _mm512_mul_ps(_mm512_load_ps(o), a);
+      acc[i][1] = _mm512_mul_ps(_mm512_load_ps(o + 16), a);
+    }
+    for (int j = 0; j < n; ++j) {
+      const __m512 v0 = _mm512_load_ps(vt + j * d + c), v1 = _mm512_load_ps(vt + j * d + c + 16);
+      for (int i = 0; i < kMr; ++i) {
+        const __m512 pij = _mm512_set1_ps(p[i][j]);
+        acc[i][0] = _mm512_fmadd_ps(pij, v0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(pij, v1, acc[i][1]);
+      }
+    }
+    for (int i = 0; i < kMr; ++i) {
+      float* o = st.o + static_cast<size_t>(m0 + i) * d + c;
+      _mm512_store_ps(o, acc[i][0]);
+      _mm512_store_ps(o + 16, acc[i][1]);
+    }
+  }
+}
+
+}  // namespace
+
+void AttendCausalBlockAvx512(const float* q, int64_t q_stride, int n_rows, int n_q, int d,
+                             int64_t pos0, const KvSpan* spans, int n_spans, float scale,
+                             float* out, int64_t out_stride) {
+  TS_CHECK(d % 32 == 0 && d <= 256) << d;
+  const int m_total = n_rows * n_q;
+  const int m_pad = (m_total + kMr - 1) / kMr * kMr;
+  static thread_local AlignedScratch buf;
+  const size_t vec = static_cast<size_t>(m_pad) * d;
+  float* base = reinterpret_cast<float*>(
+      buf.Get((2 * vec + 2 * static_cast<size_t>(m_pad) + 2 * kTok * d) * sizeof(float) + 64));
+  State st{base, base + vec, base + 2 * vec, base + 2 * vec + m_pad};
+  float* kt = base + 2 * vec + 2 * static_cast<size_t>(m_pad);  // [d][16]
+  float* vt = kt + kTok * d;                                    // [16][d]
+  // Queries in base 2: s·log2 e, so that exp(s) = 2^(s·log2 e).
+  const float qscale = scale * 1.44269504088896341f;
+  for (int m = 0; m < m_pad; ++m) {
+    float* dst = st.q + static_cast<size_t>(m) * d;
+    if (m >= m_total) {
+      std::memset(dst, 0, d * sizeof(float));
+    } else {
+      const float* src = q + (m / n_q) * q_stride + (m % n_q) * d;
+      for (int c = 0; c < d; c += 16)
+        _mm512_store_ps(dst + c, _mm512_mul_ps(_mm512_loadu_ps(src + c), _mm512_set1_ps(qscale)));
+    }
+    st.m[m] = -std::numeric_limits<float>::infinity();
+    st.l[m] = 0.0f;
+  }
+  std::memset(st.o, 0, vec * sizeof(float));
+  const int64_t end = pos0 + n_rows;  // tokens the last row sees
+  int64_t j0 = 0;
+  for (int sp = 0; sp < n_spans && j0 < end; ++sp) {
+    for (int off = 0; off < spans[sp].n && j0 < end;) {
+      const int n = static_cast<int>(std::min<int64_t>({kTok, spans[sp].n - off, end - j0}));
+      LoadTile(spans[sp], off, n, d, kt, vt);
+      // Rows before j0 - pos0 see none of this tile: start at the register block of the first
+      // one that does.
+      const int m_first = static_cast<int>(std::max<int64_t>(0, j0 - pos0)) * n_q;
+      for (int m0 = m_first / kMr * kMr; m0 < m_total; m0 += kMr)
+        BlockTile(st, m0, m_total, n_q, d, pos0, j0, n, kt, vt);
+      off += n;
+      j0 += n;
+    }
+  }
+  for (int m = 0; m < m_total; ++m) {
+    const float inv = 1.0f / st.l[m];
+    const float* o = st.o + static_cast<size_t>(m) * d;
+    float* dst = out + (m / n_q) * out_stride + (m % n_q) * d;
+    for (int c = 0; c < d; c += 16)
+      _mm512_storeu_ps(dst + c, _mm512_mul_ps(_mm512_load_ps(o + c), _mm512_set1_ps(inv)));
+  }
+}
+
+}  // namespace tinyserve
