@@ -9,8 +9,9 @@ bytes read, over the measured single-thread memory read bandwidth.
 
   .venv/bin/python bench/cpu_bench.py --threads 1,2 --json docs/perf/cpu_bench.json
 
-Needs llama-cpp-python in .venv (scripts/deps/requirements-dev.txt; build it with GGML_NATIVE=OFF
-and AMX off on machines whose VMs do not enable AMX: see docs/PERFORMANCE.md).
+Needs llama-cpp-python in .venv (scripts/deps/requirements-dev.txt). --llama-python runs the peer
+from another build, such as llama.cpp with its AMX kernels (docs/PERFORMANCE.md, "llama.cpp with
+AMX").
 """
 import argparse
 import json
@@ -49,7 +50,7 @@ def run_tinyserve(args, threads):
 
 
 def run_llama(args, threads):
-    cmd = [sys.executable, os.path.join(ROOT, "bench", "llama_cpp_child.py"), "--model",
+    cmd = [args.llama_python, os.path.join(ROOT, "bench", "llama_cpp_child.py"), "--model",
            args.model, "--text", args.text, "--threads", str(threads), "--prompts", args.prompts,
            "--contexts", args.contexts, "--steps", str(args.steps), "--reps", str(args.reps)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -68,6 +69,8 @@ def main():
     ap.add_argument("--budget", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--llama-python", default=sys.executable,
+                    help="the Python whose llama-cpp-python is the peer (e.g. an AMX build)")
     ap.add_argument("--json", help="write all results here")
     args = ap.parse_args()
     bw = mem_bandwidth_gbs()

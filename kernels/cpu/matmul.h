@@ -17,7 +17,9 @@
 // product by the activation quantization error (about 1e-2 of Σ|w·x| at worst); against a
 // reference that uses the same quantized activations it agrees to fp32 rounding. F32 and F16
 // weights multiply float activations directly. The instruction set (scalar, AVX2, AVX-512 VNNI)
-// is picked at run time; see cpu_features.h and TINYSERVE_CPU_ISA.
+// is picked at run time; see cpu_features.h and TINYSERVE_CPU_ISA. On a CPU with AMX, products
+// of kAmxMinTokens (12) or more token rows on repacked weights multiply in bf16 on the tile unit
+// instead (quant_dot_amx.cc): |y − Σ w·x| <= (2^-8 + fp32 rounding)·Σ|w·x|.
 //
 // Threads: MatMul splits output rows over the pool when the matrix is big enough to pay for the
 // synchronisation (kMatMulMinBytesPerThread) and runs inline on the caller otherwise.
