@@ -100,7 +100,8 @@ def main():
                 line += f"  llama.cpp {peer:7.1f} tok/s  ratio {r['tokens_per_s'] / peer:5.2f}"
             print(line)
         rss = [r for r in ts if r["kind"] == "rss"]
-        print(f"peak RSS: tinyserve {rss[0]['peak_rss_mb']:.0f} MB, llama.cpp {lc['peak_rss_mb']:.0f} MB")
+        print(f"peak RSS: tinyserve {rss[0]['peak_rss_mb']:.0f} MB, llama.cpp {lc['peak_rss_mb']:.0f} MB"
+              f"; tinyserve CPU kernels: {rss[0].get('cpu_kernels', '?')}")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

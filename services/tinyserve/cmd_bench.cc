@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "common/paths.h"
 #include "common/timer.h"
+#include "kernels/cpu/cpu_features.h"
 #include "services/tinyserve/cli_common.h"
 #include "worker/kv/paged_kv_cache.h"
 #include "worker/model/weight_source.h"
@@ -219,8 +220,11 @@ int RunBenchCommand(const std::vector<std::string>& args) {
              absl::StrFormat("decode ctx %5d batch %d %-6s: %8.1f tok/s (step %.2f ms, KV read %.3f of dense)",
                              ctx, batch, spec.policy, tps, 1e3 * batch / tps, kv_ratio));
       }
-  emit(absl::StrFormat("{\"engine\":\"tinyserve\",\"kind\":\"rss\",\"peak_rss_mb\":%.1f}", PeakRssKb() / 1024.0),
-       absl::StrFormat("peak RSS %.1f MB", PeakRssKb() / 1024.0));
+  emit(absl::StrFormat("{\"engine\":\"tinyserve\",\"kind\":\"rss\",\"peak_rss_mb\":%.1f,"
+                       "\"cpu_kernels\":\"%s\"}",
+                       PeakRssKb() / 1024.0, CpuIsaName(ActiveCpuIsa())),
+       absl::StrFormat("peak RSS %.1f MB; CPU kernels: %s", PeakRssKb() / 1024.0,
+                       CpuIsaName(ActiveCpuIsa())));
   return 0;
 }
 

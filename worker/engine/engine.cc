@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "kernels/cpu/cpu_features.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "common/timer.h"
@@ -757,7 +758,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
                << mc.n_layers << " layers, dim " << mc.dim << ", " << mc.n_heads << "/"
                << mc.n_kv_heads << " heads, vocab " << mc.vocab_size << "; KV " << n_pages
                << " pages of " << options.page_size << " tokens, " << KvDtypeName(kv_dtype)
-               << " (" << kv_bytes / (1 << 20) << " MiB) on " << options.device;
+               << " (" << kv_bytes / (1 << 20) << " MiB) on " << options.device
+               << (options.device == "cpu"
+                       ? " (kernels: " + std::string(CpuIsaName(ActiveCpuIsa())) + ")"
+                       : std::string());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
