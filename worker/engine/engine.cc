@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
-#include "kernels/cpu/cpu_features.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "common/timer.h"
+#include "kernels/cpu/cpu_features.h"
 #include "worker/kv/page_pool.h"
 #include "worker/kv/paged_kv_cache.h"
 #include "worker/runner/cuda_runner.h"
