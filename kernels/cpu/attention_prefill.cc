@@ -18,31 +18,13 @@
 #include "common/log.h"
 #include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/transpose512.h"
+#include "kernels/cpu/simd512.h"
 
 namespace tinyserve {
 namespace {
 
 constexpr int kTok = 16;  // tokens per tile
 constexpr int kMr = 8;    // query vectors per register block
-
-inline float HMax(__m512 v) {
-  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
-                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float HSum(__m512 v) {
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
-                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // 2^x for x <= 0 (x = -inf gives 0): x = n + r, |r| <= 1/2, 2^r by its degree-7 Taylor
 // polynomial in r·ln 2 (relative error < 1e-8), scaled by 2^n with vscalefps.
@@ -132,10 +114,10 @@ void BlockTile(const State& st, int m0, int m_end, int n_q, int d, int64_t pos0,
     const __mmask16 valid = limit >= kTok ? __mmask16(0xffff) : __mmask16((1u << limit) - 1);
     const __m512 si =
         _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s[i]);
-    const float m_new = std::max(st.m[m], HMax(si));
+    const float m_new = std::max(st.m[m], HMax512(si));
     alpha[i] = std::exp2(st.m[m] - m_new);
     const __m512 pi = Exp2(_mm512_sub_ps(si, _mm512_set1_ps(m_new)));
-    st.l[m] = st.l[m] * alpha[i] + HSum(pi);
+    st.l[m] = st.l[m] * alpha[i] + HSum512(pi);
     st.m[m] = m_new;
     _mm512_store_ps(p[i], pi);
   }

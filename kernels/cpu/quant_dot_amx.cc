@@ -30,7 +30,7 @@
 #include "common/log.h"
 #include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/quant_kernels.h"
-#include "kernels/cpu/transpose512.h"
+#include "kernels/cpu/simd512.h"
 #include "kernels/cpu/weight_layout.h"
 
 namespace tinyserve {

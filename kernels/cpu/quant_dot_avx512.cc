@@ -9,21 +9,11 @@
 #include <cstring>
 
 #include "kernels/cpu/quant_kernels.h"
+#include "kernels/cpu/simd512.h"
 #include "kernels/cpu/weight_layout.h"
 
 namespace tinyserve {
 namespace {
-
-// Horizontal sum. (GCC 12's _mm512_reduce_add_ps and _mm512_cvtph_ps trip -Wuninitialized on
-// their internal _mm*_undefined_* operands; these spellings avoid them.)
-inline float HSum(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
-  const __m256 h = _mm512_castps512_ps256(v);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // MR weight rows against NT token rows. MR·NT independent accumulators keep the FMA pipes
 // busy (one row and one token would be one long dependency chain).
@@ -97,7 +87,7 @@ void TileDot(const uint8_t* const* rows, int64_t nb, int64_t cols, const uint8_t
   if (nb % 4 != 0) group(full, nb % 4);
   for (int i = 0; i < MR; ++i)
     for (int t = 0; t < NT; ++t)
-      out[i * NT + t] = HSum(_mm512_add_ps(acc[i][t], _mm512_zextps128_ps512(bacc[i][t])));
+      out[i * NT + t] = HSum512(_mm512_add_ps(acc[i][t], _mm512_zextps128_ps512(bacc[i][t])));
 }
 
 template <GgmlType T, int MR>
@@ -188,7 +178,7 @@ void FloatRowDot(const W* row, int64_t cols, const float* x, float* out) {
     const __m512 w0 = Load16(row + c, k);
     for (int t = 0; t < NT; ++t) acc[t][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k, x + t * cols + c), acc[t][0]);
   }
-  for (int t = 0; t < NT; ++t) out[t] = HSum(_mm512_add_ps(acc[t][0], acc[t][1]));
+  for (int t = 0; t < NT; ++t) out[t] = HSum512(_mm512_add_ps(acc[t][0], acc[t][1]));
 }
 
 template <typename W>
