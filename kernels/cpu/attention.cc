@@ -11,6 +11,10 @@
 
 #include "kernels/cpu/simd_math.h"
 
+#if defined(TINYSERVE_PREFILL_AMX)
+#include "kernels/cpu/cpu_features.h"
+#endif
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -471,9 +475,33 @@ void AttendCausalBlockAvx512(const float* q, int64_t q_stride, int n_rows, int n
                              float* out, int64_t out_stride);
 #endif
 
+#if defined(TINYSERVE_PREFILL_AMX)
+void AttendCausalBlockAmx(const float* q, int64_t q_stride, int n_rows, int n_q, int d,
+                          int64_t pos0, const KvSpan* spans, int n_spans, float scale, float* out,
+                          int64_t out_stride);
+
+// The AMX block kernel: with the AVX-512 one on, where MatMul's path is AMX (the CPU has it, the
+// OS granted the tile state, TINYSERVE_CPU_ISA does not lower it), unless
+// TINYSERVE_ATTENTION_ISA=avx512.
+static bool PrefillAmx() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("TINYSERVE_ATTENTION_ISA");
+    return v == nullptr || std::strcmp(v, "avx512") != 0;
+  }();
+  return kPrefillAvx512 && wanted && ActiveCpuIsa() == CpuIsa::kAmx;
+}
+#endif
+
 void AttendCausalBlock(const float* q, int64_t q_stride, int n_rows, int n_q, int head_dim,
                        int64_t pos0, const KvSpan* spans, int n_spans, float scale, float* out,
                        int64_t out_stride) {
+#if defined(TINYSERVE_PREFILL_AMX)
+  if (PrefillAmx()) {
+    AttendCausalBlockAmx(q, q_stride, n_rows, n_q, head_dim, pos0, spans, n_spans, scale, out,
+                         out_stride);
+    return;
+  }
+#endif
 #if defined(TINYSERVE_PREFILL_AVX512)
   if (kPrefillAvx512) {
     AttendCausalBlockAvx512(q, q_stride, n_rows, n_q, head_dim, pos0, spans, n_spans, scale, out,

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention512.h"
 #include "kernels/cpu/simd512.h"
 
 namespace tinyserve {
@@ -25,23 +26,6 @@ namespace {
 
 constexpr int kTok = 16;  // tokens per tile
 constexpr int kMr = 8;    // query vectors per register block
-
-// 2^x for x <= 0 (x = -inf gives 0): x = n + r, |r| <= 1/2, 2^r by its degree-7 Taylor
-// polynomial in r·ln 2 (relative error < 1e-8), scaled by 2^n with vscalefps.
-inline __m512 Exp2(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.5252734e-5f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.5403530e-4f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3333558e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.6181291e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504109e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022651e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
 
 // Tokens [off, off + n) of a span (n <= 16) -> kt[d][16] (K transposed) and vt[16][d] in fp32;
 // token slots n..15 are zero.
@@ -55,24 +39,7 @@ void LoadTile(const KvSpan& s, int off, int n, int d, float* kt, float* vt) {
       std::memset(vr, 0, d * sizeof(float));
       continue;
     }
-    const int64_t row = static_cast<int64_t>(off + j) * d;
-    for (int c = 0; c < d; c += 16) {
-      if (s.type == KvSpanType::kF16) {
-        _mm512_store_ps(
-            kr + c,
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.k + row + c))));
-        _mm512_store_ps(
-            vr + c,
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.v + row + c))));
-      } else {
-        const __m512 k8 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.k8 + row + c))));
-        const __m512 v8 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.v8 + row + c))));
-        _mm512_store_ps(kr + c, _mm512_mul_ps(k8, _mm512_loadu_ps(s.k_scales + c)));
-        _mm512_store_ps(vr + c, _mm512_mul_ps(v8, _mm512_set1_ps(s.v_scale)));
-      }
-    }
+    WidenKvToken(s, off + j, d, kr, vr);
   }
   for (int c = 0; c < d; c += 16) {
     __m512i v[kTok];

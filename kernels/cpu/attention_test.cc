@@ -184,7 +184,8 @@ TEST(AttendCausalBlock, EachRowMatchesTheReferenceOverItsOwnTokens) {
         BlockCase{32, 3, 64, 0, {16, 16}, false},
         BlockCase{32, 3, 64, 40, {16, 16, 16, 16, 8}, false},
         BlockCase{5, 8, 128, 21, {16, 10}, false}, BlockCase{9, 1, 32, 3, {5, 16, 7}, false},
-        BlockCase{17, 4, 64, 30, {16, 16, 16}, true}, BlockCase{3, 2, 96, 61, {64, 3}, false}}) {
+        BlockCase{17, 4, 64, 30, {16, 16, 16}, true}, BlockCase{3, 2, 96, 61, {64, 3}, false},
+        BlockCase{32, 3, 64, 200, std::vector<int>(15, 16), false}}) {
     int total = 0;
     for (int n : c.span_lens) total += n;
     ASSERT_GE(total, c.pos0 + c.n_rows);

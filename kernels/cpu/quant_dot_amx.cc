@@ -29,6 +29,7 @@
 
 #include "common/log.h"
 #include "kernels/cpu/aligned_scratch.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/simd512.h"
 #include "kernels/cpu/weight_layout.h"
@@ -60,23 +61,9 @@ void ConvertTileAmx(GgmlType, const float* x, int64_t n, int64_t cols, uint8_t* 
   }
 }
 
-struct TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Tiles 0-3: C (16 weight rows x 16 tokens fp32; tile 2i + j = row tile i, token tile j); 4-5: A
-// (16 weight rows x 32 bf16); 6-7: B (16 pair rows x 16 tokens). All 16 rows of 64 bytes.
-void LoadTileConfig() {
-  alignas(64) TileConfig cfg;
-  for (int i = 0; i < 8; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-  // Not _tile_loadconfig: GCC 12's asm for it declares only 8 bytes read, so the stores above
-  // could be dropped as dead.
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
-}
+// Tiles (LoadAmxTileConfig: all 16 rows of 64 bytes) 0-3: C (16 weight rows x 16 tokens fp32;
+// tile 2i + j = row tile i, token tile j); 4-5: A (16 weight rows x 32 bf16); 6-7: B (16 pair
+// rows x 16 tokens).
 
 // nb fp16 values at src -> floats at dst.
 void ScalesToFloat(const uint8_t* src, int64_t nb, float* dst) {
@@ -204,7 +191,7 @@ void GemmT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols, const
   uint8_t* rows = buf.Get(2 * kTile * row_bytes + 2 * nb * sizeof(float));  // 32 rows, scales
   float* scales = reinterpret_cast<float*>(rows + 2 * kTile * row_bytes);
   const auto a_stride = static_cast<long>(row_bytes);
-  LoadTileConfig();
+  LoadAmxTileConfig();
   for (int64_t r = 0; r < nrows; r += 2 * kTile) {
     const int64_t nr = std::min<int64_t>(2 * kTile, nrows - r);
     const int64_t nr0 = std::min<int64_t>(kTile, nr), nr1 = nr - nr0;

@@ -1,0 +1,54 @@
+// File: kernels/cpu/attention512.h
+// AVX-512 helpers of the prefill attention kernels (include only from files compiled with
+// -mavx512f -mavx512bw -mf16c): a base-2 exponential and the widening of one KV token to fp32.
+// Static, like simd512.h: each file has its own copy, compiled with its own -m flags.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+
+namespace tinyserve {
+
+// 2^x for x <= 0 (x = -inf gives 0): x = n + r, |r| <= 1/2, 2^r by its degree-7 Taylor
+// polynomial in r·ln 2 (relative error < 1e-8), scaled by 2^n with vscalefps.
+static inline __m512 Exp2(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.5252734e-5f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.5403530e-4f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3333558e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.6181291e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504109e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022651e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Token t of a span -> k[d], v[d] in fp32 (64-byte aligned). REQUIRES: d % 16 == 0.
+static inline void WidenKvToken(const KvSpan& s, int t, int d, float* k, float* v) {
+  const int64_t row = static_cast<int64_t>(t) * d;
+  for (int c = 0; c < d; c += 16) {
+    if (s.type == KvSpanType::kF16) {
+      _mm512_store_ps(
+          k + c,
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.k + row + c))));
+      _mm512_store_ps(
+          v + c,
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.v + row + c))));
+    } else {
+      const __m512 k8 = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.k8 + row + c))));
+      const __m512 v8 = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.v8 + row + c))));
+      _mm512_store_ps(k + c, _mm512_mul_ps(k8, _mm512_loadu_ps(s.k_scales + c)));
+      _mm512_store_ps(v + c, _mm512_mul_ps(v8, _mm512_set1_ps(s.v_scale)));
+    }
+  }
+}
+
+}  // namespace tinyserve
