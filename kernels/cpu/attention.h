@@ -64,8 +64,10 @@ void AttendSpansReference(const float* q, int n_q, int head_dim, const KvSpan* s
 // pos0 + r and attends tokens [0, pos0 + r] of the spans (taken in order, as one sequence; they
 // must hold at least pos0 + n_rows tokens). Writes out + r·out_stride. Each row gets what
 // AttendSpans gives it over its own tokens, up to summation order; the block reads the K/V once
-// for all its rows instead of once per row. Uses the AVX-512 kernel where the CPU has it and
-// attention SIMD is on, else AttendSpans row by row.
+// for all its rows instead of once per row. Kernels: AMX (tile unit, split-bf16 products, within
+// ~1e-5 of fp32) where MatMul's path is AMX; else AVX-512 (fp32) where the CPU has it and
+// attention SIMD is on; else AttendSpans row by row. TINYSERVE_ATTENTION_ISA=avx512 stops at
+// AVX-512, =avx2 or =scalar at the row-by-row path.
 // REQUIRES: head_dim % 32 == 0, head_dim <= 256.
 void AttendCausalBlock(const float* q, int64_t q_stride, int n_rows, int n_q, int head_dim,
                        int64_t pos0, const KvSpan* spans, int n_spans, float scale, float* out,
