@@ -42,9 +42,9 @@ constexpr int kTok = 32;      // tokens per tile: one bf16 k-step of P·V, two C
 constexpr int kQ = 16;        // query vectors per tile
 constexpr int kTileB = 1024;  // bytes of one A or B tile
 
-// Word indices for _mm512_permutex2var_epi16 over (a, b), two vectors of 16 floats: the upper
-// half of each float is its bf16 truncation. kInOrder: a's 16 then b's 16 (32 elements of one
-// row); kPaired: a0 b0 a1 b1 ... (a VNNI pair row of two rows a and b).
+// Word indices for _mm512_permutex2var_epi16 over (a, b), two vectors of 16 float bit patterns
+// whose upper halves are bf16 (RoundedBits): in_order, a's 16 then b's 16 (32 elements of one
+// row); paired, a0 b0 a1 b1 ... (a VNNI pair row of two rows a and b).
 struct WordIndex {
   alignas(64) uint16_t in_order[32];
   alignas(64) uint16_t paired[32];
