@@ -29,25 +29,23 @@ static inline __m512 Exp2(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// Dims [c, c + 16) of token t's key (value = false) or value in a span, in fp32.
+static inline __m512 KvRow16(const KvSpan& s, bool value, int t, int c, int d) {
+  const int64_t off = static_cast<int64_t>(t) * d + c;
+  if (s.type == KvSpanType::kF16) {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>((value ? s.v : s.k) + off)));
+  }
+  const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>((value ? s.v8 : s.k8) + off))));
+  return _mm512_mul_ps(x, value ? _mm512_set1_ps(s.v_scale) : _mm512_loadu_ps(s.k_scales + c));
+}
+
 // Token t of a span -> k[d], v[d] in fp32 (64-byte aligned). REQUIRES: d % 16 == 0.
 static inline void WidenKvToken(const KvSpan& s, int t, int d, float* k, float* v) {
-  const int64_t row = static_cast<int64_t>(t) * d;
   for (int c = 0; c < d; c += 16) {
-    if (s.type == KvSpanType::kF16) {
-      _mm512_store_ps(
-          k + c,
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.k + row + c))));
-      _mm512_store_ps(
-          v + c,
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.v + row + c))));
-    } else {
-      const __m512 k8 = _mm512_cvtepi32_ps(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.k8 + row + c))));
-      const __m512 v8 = _mm512_cvtepi32_ps(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.v8 + row + c))));
-      _mm512_store_ps(k + c, _mm512_mul_ps(k8, _mm512_loadu_ps(s.k_scales + c)));
-      _mm512_store_ps(v + c, _mm512_mul_ps(v8, _mm512_set1_ps(s.v_scale)));
-    }
+    _mm512_store_ps(k + c, KvRow16(s, false, t, c, d));
+    _mm512_store_ps(v + c, KvRow16(s, true, t, c, d));
   }
 }
 

@@ -103,42 +103,52 @@ struct Cursor {
   int sp = 0, off = 0;
 };
 
-// The next n (<= 32) tokens at c -> k, v [32][d] fp32; slots n..31 are zero.
-void Gather(Cursor* c, int n, int d, float* k, float* v) {
-  for (int t = 0; t < kTok; ++t) {
-    if (t >= n) {
-      std::memset(k + t * d, 0, d * sizeof(float));
-      std::memset(v + t * d, 0, d * sizeof(float));
+// One of a tile's 32 token slots: its span and index there (span null: an empty slot, zero).
+struct Slot {
+  const KvSpan* span;
+  int t;
+};
+
+// The next n (<= 32) tokens at c -> slots[0, n); slots n..31 empty.
+void NextTile(Cursor* c, int n, Slot* slots) {
+  for (int i = 0; i < kTok; ++i) {
+    if (i >= n) {
+      slots[i] = {nullptr, 0};
       continue;
     }
     while (c->off == c->spans[c->sp].n) ++c->sp, c->off = 0;
-    WidenKvToken(c->spans[c->sp], c->off++, d, k + t * d, v + t * d);
+    slots[i] = {&c->spans[c->sp], c->off++};
   }
 }
 
-// k [32][d] -> ka[d/32 k-steps][2 token halves][hi, lo]: K as A tiles (row t: dims 32·step ..
-// of token 16·half + t, in order).
-void PackKeys(const float* k, int d, uint8_t* ka) {
+inline __m512 Row16(const Slot& s, bool value, int c, int d) {
+  return s.span != nullptr ? KvRow16(*s.span, value, s.t, c, d) : _mm512_setzero_ps();
+}
+
+// The tile's keys -> ka[d/32 k-steps][2 token halves][hi, lo]: K as A tiles (row t: dims
+// 32·step .. of token 16·half + t, in order).
+void PackKeys(const Slot* slots, int d, uint8_t* ka) {
   const __m512i idx = _mm512_load_si512(kWords.in_order);
   for (int s = 0; s < d / 32; ++s)
     for (int h = 0; h < 2; ++h) {
       uint8_t* hi = ka + (2 * s + h) * 2 * kTileB;
       for (int t = 0; t < 16; ++t) {
-        const float* x = k + (16 * h + t) * d + 32 * s;
-        Split(_mm512_load_ps(x), _mm512_load_ps(x + 16), idx, hi + 64 * t, hi + kTileB + 64 * t);
+        const Slot& slot = slots[16 * h + t];
+        Split(Row16(slot, false, 32 * s, d), Row16(slot, false, 32 * s + 16, d), idx, hi + 64 * t,
+              hi + kTileB + 64 * t);
       }
     }
 }
 
-// v [32][d] -> va[d/16 column tiles][hi, lo]: Vᵀ as A tiles (row c: the 32 tokens' values at
-// dim 16·tile + c).
-void PackValues(const float* v, int d, uint8_t* va) {
+// The tile's values -> va[d/16 column tiles][hi, lo]: Vᵀ as A tiles (row c: the 32 tokens'
+// values at dim 16·tile + c).
+void PackValues(const Slot* slots, int d, uint8_t* va) {
   const __m512i idx = _mm512_load_si512(kWords.in_order);
   for (int n = 0; n < d / 16; ++n) {
     __m512i r0[16], r1[16];
     for (int t = 0; t < 16; ++t) {
-      r0[t] = _mm512_castps_si512(_mm512_load_ps(v + t * d + 16 * n));
-      r1[t] = _mm512_castps_si512(_mm512_load_ps(v + (16 + t) * d + 16 * n));
+      r0[t] = _mm512_castps_si512(Row16(slots[t], true, 16 * n, d));
+      r1[t] = _mm512_castps_si512(Row16(slots[16 + t], true, 16 * n, d));
     }
     Transpose16x16(r0);
     Transpose16x16(r1);
@@ -241,19 +251,16 @@ void AttendCausalBlockAmx(const float* q, int64_t q_stride, int n_rows, int n_q,
   const int m_pad = n_qt * kQ;
   const int steps = d / 32;
   const size_t qb_bytes = static_cast<size_t>(n_qt) * steps * 2 * kTileB;
-  const size_t kv_floats = static_cast<size_t>(kTok) * d;  // one of k, v
   const size_t ka_bytes = static_cast<size_t>(steps) * 4 * kTileB;
   const size_t va_bytes = static_cast<size_t>(d / 16) * 2 * kTileB;
   const size_t o_floats = static_cast<size_t>(m_pad) * d;
   static thread_local AlignedScratch buf;
-  uint8_t* base = buf.Get(qb_bytes + ka_bytes + va_bytes +
-                          (2 * kv_floats + o_floats + 3 * static_cast<size_t>(m_pad)) * 4);
+  uint8_t* base =
+      buf.Get(qb_bytes + ka_bytes + va_bytes + (o_floats + 3 * static_cast<size_t>(m_pad)) * 4);
   uint8_t* qb = base;
   uint8_t* ka = qb + qb_bytes;
   uint8_t* va = ka + ka_bytes;
-  float* k = reinterpret_cast<float*>(va + va_bytes);
-  float* v = k + kv_floats;
-  State st{qb, v + kv_floats, nullptr, nullptr, m_pad};
+  State st{qb, reinterpret_cast<float*>(va + va_bytes), nullptr, nullptr, m_pad};
   st.m = st.ot + o_floats;
   st.l = st.m + m_pad;
 
@@ -293,12 +300,13 @@ void AttendCausalBlockAmx(const float* q, int64_t q_stride, int n_rows, int n_q,
 
   LoadAmxTileConfig();
   Cursor cur{spans};
+  Slot slots[kTok];
   const int64_t end = pos0 + n_rows;  // tokens the last row sees
   for (int64_t j0 = 0; j0 < end; j0 += kTok) {
     const int n = static_cast<int>(std::min<int64_t>(kTok, end - j0));
-    Gather(&cur, n, d, k, v);
-    PackKeys(k, d, ka);
-    PackValues(v, d, va);
+    NextTile(&cur, n, slots);
+    PackKeys(slots, d, ka);
+    PackValues(slots, d, va);
     // Rows before j0 - pos0 see none of this tile: start at the query tile of the first one
     // that does. The scores of the next query tile are computed before the softmax of this
     // one, so that the tile unit can work on them while the vector units do the softmax.
