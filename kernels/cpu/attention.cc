@@ -59,6 +59,14 @@ bool DetectPrefillAvx512() {
 
 const bool kPrefillAvx512 = DetectPrefillAvx512();
 
+void WidenFp16BoxScalar(const fp16_t* v, fp16_t* mn, fp16_t* mx, int n) {
+  for (int i = 0; i < n; ++i) {
+    const float x = Fp16ToFloat(v[i]);
+    if (x < Fp16ToFloat(mn[i])) mn[i] = v[i];
+    if (x > Fp16ToFloat(mx[i])) mx[i] = v[i];
+  }
+}
+
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma,f16c"))) void Fp16ToFloatAvx2(const fp16_t* src, float* dst,
                                                                int n) {
@@ -67,6 +75,37 @@ __attribute__((target("avx2,fma,f16c"))) void Fp16ToFloatAvx2(const fp16_t* src,
     _mm256_storeu_ps(dst + i,
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   for (; i < n; ++i) dst[i] = Fp16ToFloat(src[i]);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void FloatToFp16Avx2(const float* src, fp16_t* dst,
+                                                              int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(dst + i),
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) dst[i] = FloatToFp16(src[i]);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void WidenFp16BoxAvx2(const fp16_t* v, fp16_t* mn,
+                                                               fp16_t* mx, int n) {
+  int i = 0;
+  // 8 x 32-bit compare masks -> 8 x 16-bit (saturating pack keeps 0 and -1).
+  const auto narrow = [](__m256 m) __attribute__((target("avx2"))) {
+    const __m256i b = _mm256_castps_si256(m);
+    return _mm_packs_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+  };
+  for (; i + 8 <= n; i += 8) {
+    const __m128i vh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i));
+    const __m128i nh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mn + i));
+    const __m128i xh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mx + i));
+    const __m256 vf = _mm256_cvtph_ps(vh);
+    const __m128i lt = narrow(_mm256_cmp_ps(vf, _mm256_cvtph_ps(nh), _CMP_LT_OQ));
+    const __m128i gt = narrow(_mm256_cmp_ps(vf, _mm256_cvtph_ps(xh), _CMP_GT_OQ));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(mn + i), _mm_blendv_epi8(nh, vh, lt));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(mx + i), _mm_blendv_epi8(xh, vh, gt));
+  }
+  WidenFp16BoxScalar(v + i, mn + i, mx + i, n - i);
 }
 
 __attribute__((target("avx2,fma"))) inline float HorizontalSum(__m256 v) {
@@ -456,6 +495,20 @@ void Fp16ToFloatRow(const fp16_t* src, float* dst, int n) {
   }
 #endif
   for (int i = 0; i < n; ++i) dst[i] = Fp16ToFloat(src[i]);
+}
+
+void FloatToFp16Row(const float* src, fp16_t* dst, int n) {
+#if defined(__x86_64__)
+  if (kSimd) return FloatToFp16Avx2(src, dst, n);
+#endif
+  for (int i = 0; i < n; ++i) dst[i] = FloatToFp16(src[i]);
+}
+
+void WidenFp16Box(const fp16_t* v, fp16_t* mn, fp16_t* mx, int n) {
+#if defined(__x86_64__)
+  if (kSimd) return WidenFp16BoxAvx2(v, mn, mx, n);
+#endif
+  WidenFp16BoxScalar(v, mn, mx, n);
 }
 
 void AttendSpans(const float* q, int n_q, int head_dim, const KvSpan* spans, int n_spans,

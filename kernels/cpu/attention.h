@@ -75,6 +75,12 @@ void AttendCausalBlock(const float* q, int64_t q_stride, int n_rows, int n_q, in
 
 // fp16 -> fp32 for n values (F16C when available).
 void Fp16ToFloatRow(const fp16_t* src, float* dst, int n);
+// fp32 -> fp16 for n values, to nearest even (F16C when available; the same bits as FloatToFp16
+// but for NaN payloads).
+void FloatToFp16Row(const float* src, fp16_t* dst, int n);
+// Widens a per-channel box of fp16 bounds to hold the fp16 values v: mn[i] = v[i] where
+// v[i] < mn[i], mx[i] = v[i] where v[i] > mx[i] (NaN changes nothing).
+void WidenFp16Box(const fp16_t* v, fp16_t* mn, fp16_t* mx, int n);
 
 // Quest's page score for one query head over an fp16 key box: sum_d max(q_d * kmin_d,
 // q_d * kmax_d), the largest q·k any key inside the box can reach (F16C when available).

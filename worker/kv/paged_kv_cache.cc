@@ -5,18 +5,13 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/attention.h"
+
 namespace tinyserve {
 namespace {
 
 constexpr float kQMax = 127.0f;
 constexpr fp16_t kPosInf = 0x7c00u, kNegInf = 0xfc00u;
-
-// Widens a box (fp16 bounds) to hold an fp16 value.
-inline void Widen(fp16_t value, fp16_t* mn, fp16_t* mx) {
-  const float x = Fp16ToFloat(value);
-  if (x < Fp16ToFloat(*mn)) *mn = value;
-  if (x > Fp16ToFloat(*mx)) *mx = value;
-}
 
 }  // namespace
 
@@ -223,11 +218,9 @@ void PagedKvCache::WriteToken(int layer, int32_t page, int slot, const float* k,
       fp16_t* mx = kmax_[layer].data() + MetaOffset(page, h);
       fp16_t* kd = st->k.data() + StageOffset(layer, h) + static_cast<size_t>(slot) * d;
       fp16_t* vd = st->v.data() + StageOffset(layer, h) + static_cast<size_t>(slot) * d;
-      for (int i = 0; i < d; ++i) {
-        kd[i] = FloatToFp16(k[h * d + i]);
-        vd[i] = FloatToFp16(v[h * d + i]);
-        Widen(kd[i], mn + i, mx + i);  // read from the stage until quantized
-      }
+      FloatToFp16Row(k + h * d, kd, d);
+      FloatToFp16Row(v + h * d, vd, d);
+      WidenFp16Box(kd, mn, mx, d);  // read from the stage until quantized
     }
     st->quantized[layer] = 0;  // a re-staged page written again in a quantized layer
     if (slot == config_.page_size - 1) {
@@ -244,11 +237,9 @@ void PagedKvCache::WriteToken(int layer, int32_t page, int slot, const float* k,
     const float* vh = v + static_cast<size_t>(h) * d;
     fp16_t* kd = K(layer, page, h) + static_cast<size_t>(slot) * d;
     fp16_t* vd = V(layer, page, h) + static_cast<size_t>(slot) * d;
-    for (int i = 0; i < d; ++i) {
-      kd[i] = FloatToFp16(kh[i]);
-      vd[i] = FloatToFp16(vh[i]);
-      Widen(kd[i], mn + i, mx + i);  // the box bounds what attention will read
-    }
+    FloatToFp16Row(kh, kd, d);
+    FloatToFp16Row(vh, vd, d);
+    WidenFp16Box(kd, mn, mx, d);  // the box bounds what attention will read
   }
 }
 
