@@ -239,6 +239,9 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     row0[s + 1] = row0[s] + in.n;
   }
   const int T = row0.back();
+  std::vector<int> seq_of_row(T);
+  for (size_t s = 0; s < batch.size(); ++s)
+    std::fill(seq_of_row.begin() + row0[s], seq_of_row.begin() + row0[s + 1], static_cast<int>(s));
   x_.resize(static_cast<size_t>(T) * D);
   xn_.resize(x_.size());
   q_.resize(static_cast<size_t>(T) * qdim);
@@ -267,28 +270,55 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     MatMul(w, in, T, out, pool);
     timings_.matmul += sw.Seconds();
   };
+  // Row-wise work (norms, RoPE, SwiGLU, residual adds) on the pool's threads for prefill-sized
+  // batches; each row is computed the same way whatever the split. A decode step's few rows
+  // stay on the caller (dispatch would cost more than the work).
+  constexpr int kRowsPerTask = 8;
+  auto by_rows = [&](const std::function<void(int, int)>& fn) {
+    if (pool == nullptr || pool->num_threads() <= 1 || T < 2 * kRowsPerTask) return fn(0, T);
+    pool->ParallelFor(
+        T, [&](int64_t b, int64_t e, int) { fn(static_cast<int>(b), static_cast<int>(e)); },
+        kRowsPerTask);
+  };
+  auto norm_rows = [&](const std::vector<float>& w, const std::vector<float>& b) {
+    by_rows([&](int t0, int t1) {
+      for (int t = t0; t < t1; ++t)
+        Norm(&x_[static_cast<size_t>(t) * D], w, b, &xn_[static_cast<size_t>(t) * D]);
+    });
+  };
+  auto add_rows = [&](float* y, const float* x, int64_t n) {
+    by_rows([&](int t0, int t1) {
+      AddInPlace(y + t0 * n, x + t0 * n, static_cast<int>((t1 - t0) * n));
+    });
+  };
 
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[l];
-    for (int t = 0; t < T; ++t)
-      Norm(&x_[static_cast<size_t>(t) * D], L.attn_norm_w, L.attn_norm_b, &xn_[static_cast<size_t>(t) * D]);
+    norm_rows(L.attn_norm_w, L.attn_norm_b);
     matmul(L.wq, xn_.data(), q_.data());
     matmul(L.wk, xn_.data(), k_.data());
     matmul(L.wv, xn_.data(), v_.data());
     AddBias(q_.data(), L.bq, T, qdim);
     AddBias(k_.data(), L.bk, T, kdim);
     AddBias(v_.data(), L.bv, T, kdim);
-    // RoPE, then append K/V to the cache.
+    // RoPE (row-wise), then append K/V to the cache (in order: rows share page boxes).
+    if (rope_) {
+      const bool adj = c.rope_style == RopeStyle::kAdjacent;
+      by_rows([&](int t0, int t1) {
+        for (int t = t0; t < t1; ++t) {
+          const int64_t pos = batch[seq_of_row[t]].start_pos + (t - row0[seq_of_row[t]]);
+          for (int h = 0; h < heads_local_; ++h)
+            rope_->Apply(&q_[static_cast<size_t>(t) * qdim + h * hd], pos, adj);
+          for (int h = 0; h < kv_local_; ++h)
+            rope_->Apply(&k_[static_cast<size_t>(t) * kdim + h * hd], pos, adj);
+        }
+      });
+    }
     for (size_t s = 0; s < batch.size(); ++s) {
       const SeqInput& in = batch[s];
       for (int i = 0; i < in.n; ++i) {
         const int t = row0[s] + i;
         const int64_t pos = in.start_pos + i;
-        if (rope_) {
-          const bool adj = c.rope_style == RopeStyle::kAdjacent;
-          for (int h = 0; h < heads_local_; ++h) rope_->Apply(&q_[static_cast<size_t>(t) * qdim + h * hd], pos, adj);
-          for (int h = 0; h < kv_local_; ++h) rope_->Apply(&k_[static_cast<size_t>(t) * kdim + h * hd], pos, adj);
-        }
         const int ps = kv->config().page_size;
         kv->WriteToken(l, (*in.pages)[pos / ps], static_cast<int>(pos % ps),
                        &k_[static_cast<size_t>(t) * kdim], &v_[static_cast<size_t>(t) * kdim]);
@@ -300,10 +330,9 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     matmul(L.wo, att_.data(), proj_.data());
     AddBias(proj_.data(), L.bo, T, D);
     TS_RETURN_IF_ERROR(AllReduce(proj_.data(), proj_.size()));
-    AddInPlace(x_.data(), proj_.data(), T * D);
+    add_rows(x_.data(), proj_.data(), D);
 
-    for (int t = 0; t < T; ++t)
-      Norm(&x_[static_cast<size_t>(t) * D], L.ffn_norm_w, L.ffn_norm_b, &xn_[static_cast<size_t>(t) * D]);
+    norm_rows(L.ffn_norm_w, L.ffn_norm_b);
     if (c.arch == Arch::kGpt2) {
       matmul(L.w_up, xn_.data(), up_.data());
       AddBias(up_.data(), L.b_up, T, ffn_local_);
@@ -312,12 +341,16 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     } else {
       matmul(L.w_gate, xn_.data(), gate_.data());
       matmul(L.w_up, xn_.data(), up_.data());
-      SwiGlu(gate_.data(), up_.data(), T * ffn_local_);
+      by_rows([&](int t0, int t1) {
+        // Row by row, so that a row's vector/tail split does not depend on the thread split.
+        const size_t f = static_cast<size_t>(ffn_local_);
+        for (int t = t0; t < t1; ++t) SwiGlu(&gate_[t * f], &up_[t * f], ffn_local_);
+      });
       matmul(L.w_down, gate_.data(), proj_.data());
     }
     AddBias(proj_.data(), L.b_down, T, D);
     TS_RETURN_IF_ERROR(AllReduce(proj_.data(), proj_.size()));
-    AddInPlace(x_.data(), proj_.data(), T * D);
+    add_rows(x_.data(), proj_.data(), D);
   }
 
   // Final norm and LM head on the rows that need logits.
