@@ -169,7 +169,7 @@ TEST(AttendSpans, Int8AndFp16OfTheSameValuesAgree) {
 // bounds the group's summed q·k of every key inside the box.
 // A block of prefill rows against the per-row reference over each row's own tokens: fp16 and
 // int8 spans of page size and odd sizes, blocks starting at 0 and mid-sequence, rows from 1 to
-// more than the kernel's register block, groups 1-8, head dims 32-128.
+// more than the kernel's register block, groups 1-8, head dims 32-256.
 TEST(AttendCausalBlock, EachRowMatchesTheReferenceOverItsOwnTokens) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0, 1.5f);
@@ -185,7 +185,8 @@ TEST(AttendCausalBlock, EachRowMatchesTheReferenceOverItsOwnTokens) {
         BlockCase{32, 3, 64, 40, {16, 16, 16, 16, 8}, false},
         BlockCase{5, 8, 128, 21, {16, 10}, false}, BlockCase{9, 1, 32, 3, {5, 16, 7}, false},
         BlockCase{17, 4, 64, 30, {16, 16, 16}, true}, BlockCase{3, 2, 96, 61, {64, 3}, false},
-        BlockCase{32, 3, 64, 200, std::vector<int>(15, 16), false}}) {
+        BlockCase{32, 3, 64, 200, std::vector<int>(15, 16), false},
+        BlockCase{20, 1, 256, 37, {16, 16, 16, 16}, false}}) {
     int total = 0;
     for (int n : c.span_lens) total += n;
     ASSERT_GE(total, c.pos0 + c.n_rows);
