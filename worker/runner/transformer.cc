@@ -325,7 +325,7 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
       }
     }
     Stopwatch sw;
-    Attention(l, batch, row0, kv);
+    Attention(l, batch, row0, seq_of_row, kv);
     timings_.attention += sw.Seconds();
     matmul(L.wo, att_.data(), proj_.data());
     AddBias(proj_.data(), L.bo, T, D);
@@ -376,16 +376,14 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
 }
 
 void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
-                                  const std::vector<int>& row0, PagedKvCache* kv) {
+                                  const std::vector<int>& row0, const std::vector<int>& seq_of_row,
+                                  PagedKvCache* kv) {
   const int hd = config_.head_dim, ps = kv->config().page_size;
   const int qdim = heads_local_ * hd;
   const int group = heads_local_ / kv_local_;  // local query heads per local KV head
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // Work items: (row t, local KV head).
   const int T = row0.back();
-  std::vector<int> seq_of_row(T);
-  for (size_t s = 0; s + 1 < row0.size(); ++s)
-    for (int t = row0[s]; t < row0[s + 1]; ++t) seq_of_row[t] = static_cast<int>(s);
   const int64_t items = static_cast<int64_t>(T) * kv_local_;
   auto q_of = [&](int64_t it) {
     return &q_[static_cast<size_t>(it / kv_local_) * qdim +

@@ -87,8 +87,9 @@ class TransformerRunner {
   void Norm(const float* x, const std::vector<float>& w, const std::vector<float>& b, float* y)
       const;
   absl::Status AllReduce(float* data, size_t n);
+  // row0[s]: the first row of sequence s (row0.back() = rows); seq_of_row[t]: row t's sequence.
   void Attention(int layer, const std::vector<SeqInput>& batch, const std::vector<int>& row0,
-                 PagedKvCache* kv);
+                 const std::vector<int>& seq_of_row, PagedKvCache* kv);
 
   ModelConfig config_;
   RunnerOptions options_;
