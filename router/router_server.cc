@@ -66,6 +66,15 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     }
     r->exposer_->RegisterCollectable(r->metrics_->registry());
   }
+  auto http = HttpFrontend::StartFor(r->server_.get(),
+                                     {options.host, options.http_port, options.http_threads,
+                                      options.max_message_bytes, TINYSERVE_VERSION},
+                                     r->metrics_->registry().get());
+  if (!http.ok()) {
+    r->server_->Shutdown();
+    return http.status();
+  }
+  r->http_ = *std::move(http);
 
   RouterServer* self = r.get();
   r->registry_->SetOnHealthChange([self](int healthy) {
@@ -76,6 +85,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
                << RoutingPolicyName(options.routing.kind)
                << (options.metrics_port > 0
                        ? absl::StrCat(", metrics on :", options.metrics_port, "/metrics")
+                       : std::string())
+               << (options.http_port > 0
+                       ? absl::StrCat(", OpenAI-compatible HTTP on :", options.http_port)
                        : std::string());
   return r;
 }
@@ -104,6 +116,7 @@ void RouterServer::Drain() {
   }
   // Cancels what is still running (each call cancels its upstream and then finishes).
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  http_.reset();  // after the server: its handlers' calls have ended
   registry_->Stop();
   exposer_.reset();
 }

@@ -17,6 +17,7 @@
 #include "prometheus/exposer.h"
 #include "router/router_core.h"
 #include "router/router_service.h"
+#include "worker/server/http_frontend.h"
 
 namespace tinyserve {
 
@@ -24,6 +25,8 @@ struct RouterServerOptions {
   std::string host = "0.0.0.0";
   int port = 50050;
   int metrics_port = 9000;  // 0 = off
+  int http_port = 8000;     // OpenAI-compatible HTTP API; 0 = off
+  int http_threads = 64;    // HTTP connections served at once
   RegistryOptions registry;
   RoutingOptions routing;
   int max_inflight = 256;
@@ -57,6 +60,7 @@ class RouterServer {
   std::unique_ptr<RouterService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpFrontend> http_;
   int port_ = 0;
   std::mutex mu_;
   bool drained_ = false;  // GUARDED_BY(mu_)

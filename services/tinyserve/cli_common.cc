@@ -52,6 +52,10 @@ void SamplingFlags::Register(FlagSet* f) {
   f->Float("top-p", &params.top_p, "nucleus sampling mass (1: off)");
   f->Float("min-p", &params.min_p, "drop tokens below min-p times the top probability");
   f->Float("repetition-penalty", &params.repetition_penalty, "penalty for seen tokens (1: off)");
+  f->Float("presence-penalty", &params.presence_penalty,
+           "subtracted from the logit of each token generated so far (0: off)");
+  f->Float("frequency-penalty", &params.frequency_penalty,
+           "subtracted per time a token was generated (0: off)");
   f->Int64("seed", &seed, "random seed (-1: from the request)");
   f->StringList("stop", &stop, "stop string (repeatable)");
   f->Bool("ignore-eos", &params.ignore_eos, "keep generating past end-of-sequence tokens");

@@ -52,6 +52,8 @@ int RunGenerateClient(const GenerateClientOptions& o) {
   s->set_top_p(o.top_p);
   s->set_min_p(o.min_p);
   s->set_repetition_penalty(o.repetition_penalty);
+  s->set_presence_penalty(o.presence_penalty);
+  s->set_frequency_penalty(o.frequency_penalty);
   if (o.seed >= 0) s->set_seed(static_cast<uint64_t>(o.seed));
   for (const std::string& stop : o.stop) s->add_stop(stop);
   s->set_ignore_eos(o.ignore_eos);
@@ -135,6 +137,8 @@ int RunGenerateClient(const std::vector<std::string>& args) {
   o.top_p = p.top_p;
   o.min_p = p.min_p;
   o.repetition_penalty = p.repetition_penalty;
+  o.presence_penalty = p.presence_penalty;
+  o.frequency_penalty = p.frequency_penalty;
   o.seed = p.has_seed ? static_cast<int64_t>(p.seed) : -1;
   o.stop = p.stop;
   o.ignore_eos = p.ignore_eos;

@@ -11,15 +11,21 @@ namespace tinyserve {
 
 int RunRouterCommand(const std::vector<std::string>& args) {
   BlockTerminationSignals();
-  FlagSet flags("router",
-                "Route tinyserve.v1.TinyServe requests to workers (streaming proxy with retries "
-                "before the first token, circuit breakers and a bounded queue), with "
-                "grpc.health.v1, reflection and Prometheus metrics on HTTP /metrics.");
+  FlagSet flags(
+      "router",
+      "Route tinyserve.v1.TinyServe requests to workers (streaming proxy with retries "
+      "before the first token, circuit breakers and a bounded queue), with "
+      "grpc.health.v1, reflection, an OpenAI-compatible HTTP API and Prometheus metrics on "
+      "HTTP /metrics.");
   RouterServerOptions o;
   std::string workers, policy = "cache_aware";
   flags.String("host", &o.host, "address to listen on");
   flags.Int("port", &o.port, "gRPC port");
   flags.Int("metrics-port", &o.metrics_port, "HTTP port of /metrics (0: off)");
+  flags.Int("http-port", &o.http_port,
+            "OpenAI-compatible HTTP API port: /v1/completions, /v1/chat/completions, /v1/models "
+            "(0: off)");
+  flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
   flags.String("workers", &workers, "static workers: host:port,host:port,...");
   flags.String("workers-dns", &o.registry.dns,
                "DNS name:port resolved to all workers (a Kubernetes headless Service)");

@@ -61,6 +61,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
   std::string model = DefaultModelPath();
   std::string host = "127.0.0.1", policy = "cache_aware";
   int port = 50050, metrics_port = 9000, worker_port = 50051, worker_metrics_port = 9100;
+  int http_port = 8000;
   int workers = 1, threads = 1;
   double ready_timeout = 300;
   std::vector<std::string> worker_args;
@@ -68,6 +69,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
   flags.String("host", &host, "address the router and workers listen on");
   flags.Int("port", &port, "router gRPC port");
   flags.Int("metrics-port", &metrics_port, "router /metrics port");
+  flags.Int("http-port", &http_port, "router's OpenAI-compatible HTTP API port (0: off)");
   flags.Int("worker-port", &worker_port, "first worker's gRPC port (the next ones follow)");
   flags.Int("worker-metrics-port", &worker_metrics_port, "first worker's /metrics port");
   flags.Int("workers", &workers, "worker processes");
@@ -98,9 +100,10 @@ int RunServeCommand(const std::vector<std::string>& args) {
     children.push_back(Spawn(a));
     worker_list += absl::StrCat(worker_list.empty() ? "" : ",", host, ":", worker_port + i);
   }
-  children.push_back(Spawn({"router", "--host", host, "--port", std::to_string(port),
-                            "--metrics-port", std::to_string(metrics_port), "--workers",
-                            worker_list, "--policy", policy}));
+  children.push_back(
+      Spawn({"router", "--host", host, "--port", std::to_string(port), "--metrics-port",
+             std::to_string(metrics_port), "--http-port", std::to_string(http_port), "--workers",
+             worker_list, "--policy", policy}));
 
   auto stop_all = [&](int sig) {
     for (pid_t pid : children) {
@@ -139,9 +142,16 @@ int RunServeCommand(const std::vector<std::string>& args) {
   }
   std::printf(
       "TinyServe is ready: router on %s (metrics http://%s:%d/metrics), %d worker(s).\n"
-      "Try:\n  tinyserve generate --server %s --prompt \"Once upon a time\" --max-tokens 64\n"
-      "Ctrl-C stops it.\n",
+      "Try:\n  tinyserve generate --server %s --prompt \"Once upon a time\" --max-tokens 64\n",
       address.c_str(), host.c_str(), metrics_port, workers, address.c_str());
+  if (http_port > 0) {
+    std::printf(
+        "  curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], "
+        "\"max_tokens\": 64}'\n",
+        host.c_str(), http_port);
+  }
+  std::printf("Ctrl-C stops it.\n");
   std::fflush(stdout);
 
   int sig = 0;

@@ -220,6 +220,8 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   flags.String("host", &o.host, "address to listen on");
   flags.Int("port", &o.port, "gRPC port");
   flags.Int("metrics-port", &o.metrics_port, "HTTP port of /metrics (0: off)");
+  flags.Int("http-port", &o.http_port, "OpenAI-compatible HTTP API port (0: off)");
+  flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
   flags.Int("max-queue", &ef.options.max_queue, "waiting requests before RESOURCE_EXHAUSTED");
   flags.Int("max-step-tokens", &ef.options.max_step_tokens, "prefill tokens per step");
   flags.Int64("kv-pages", &ef.options.kv_pages, "KV pages in the pool (0: from kv-memory-mb)");

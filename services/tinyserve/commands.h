@@ -33,6 +33,8 @@ struct GenerateClientOptions {
   float top_p = 1.0f;
   float min_p = 0.0f;
   float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   int64_t seed = -1;            // < 0: unset
   std::vector<std::string> stop;
   bool ignore_eos = false;

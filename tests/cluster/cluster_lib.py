@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -148,12 +149,13 @@ class Cluster(contextlib.AbstractContextManager):
         return p
 
     def router(self, workers, *extra, ready=True):
-        port, mport = free_port(), free_port()
+        port, mport, hport = free_port(), free_port(), free_port()
         p = Proc(self.binary, "router",
                  ["--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(mport),
-                  "--workers", ",".join(w.address for w in workers), "--health-interval",
-                  "0.2", "--drain-timeout", "5"] + list(extra),
+                  "--http-port", str(hport), "--workers", ",".join(w.address for w in workers),
+                  "--health-interval", "0.2", "--drain-timeout", "5"] + list(extra),
                  port, mport, self.log_dir)
+        p.http_port = hport
         self.procs.append(p)
         if ready:
             p.wait_ready()
@@ -173,6 +175,40 @@ class Cluster(contextlib.AbstractContextManager):
             with open(os.path.join(self.log_dir, name), errors="replace") as f:
                 out.append(f"--- {name}\n" + f.read()[-4000:])
         return "\n".join(out)
+
+
+class ClusterCase(unittest.TestCase):
+    """A test case with a fresh Cluster per test (self.cluster), whose logs are printed when the
+    test fails. run_tests() sets `binary` and `model` from the command line."""
+    binary = None
+    model = None
+
+    def setUp(self):
+        self.cluster = Cluster(self.binary, self.model)
+        self.cluster.__enter__()
+
+    def tearDown(self):
+        failed = not getattr(self._outcome, "success", True)
+        self.cluster.__exit__(None, None, None)
+        if failed:
+            sys.stderr.write(self.cluster.logs())
+
+
+def run_tests():
+    """Parses --binary and --model (the rest goes to unittest, e.g. -k NAME), runs the tests of
+    __main__ and returns the exit code."""
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--model", default=default_model())
+    args, rest = parser.parse_known_args()
+    if not os.path.exists(args.model):
+        print(f"FAIL: model {args.model} not found (set TINYSERVE_DATA, or run scripts/test, "
+              "which fetches the test data)")
+        return 1
+    ClusterCase.binary, ClusterCase.model = args.binary, args.model
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    return 0 if prog.result.wasSuccessful() else 1
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")

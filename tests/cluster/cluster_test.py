@@ -5,23 +5,19 @@ stories260K, driven through the published protos (Python stubs generated at test
 
 Every test is bounded in time, and every process it starts is killed when it ends.
 """
-import argparse
 import concurrent.futures
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import unittest
 
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_lib as cl  # noqa: E402
 
-ARGS = None
 S = None  # generated stubs
 
 
@@ -87,16 +83,7 @@ PROMPTS = [f"Once upon a time there was a {w}" for w in (
     "owl", "fox", "wolf", "deer", "goat", "sheep", "hen", "crab")]
 
 
-class ClusterTest(unittest.TestCase):
-    def setUp(self):
-        self.cluster = cl.Cluster(ARGS.binary, ARGS.model)
-        self.cluster.__enter__()
-
-    def tearDown(self):
-        failed = not getattr(self._outcome, "success", True)
-        self.cluster.__exit__(None, None, None)
-        if failed:
-            sys.stderr.write(self.cluster.logs())
+class ClusterTest(cl.ClusterCase):
 
     # (a)
     def test_stream_through_router(self):
@@ -338,20 +325,6 @@ class ClusterTest(unittest.TestCase):
         self.assertIn(out["res"].code, (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE))
 
 
-def main():
-    global ARGS, S
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--binary", required=True)
-    parser.add_argument("--model", default=cl.default_model())
-    ARGS, rest = parser.parse_known_args()
-    if not os.path.exists(ARGS.model):
-        print(f"FAIL: model {ARGS.model} not found (set TINYSERVE_DATA, or run scripts/test, "
-              "which fetches the test data)")
-        return 1
-    S = cl.stubs()
-    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
-    return 0 if prog.result.wasSuccessful() else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    S = cl.stubs()
+    sys.exit(cl.run_tests())

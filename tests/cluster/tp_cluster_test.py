@@ -7,13 +7,11 @@ Checks: greedy tokens through the router equal a TP-1 worker's (one at a time an
 after `kill -9` of rank 1 the group turns unhealthy within a bounded time, the router marks it
 down (tinyserve_router_worker_healthy 0) and stops sending to it, and rank 0 exits non-zero.
 """
-import argparse
 import concurrent.futures
 import os
 import signal
 import sys
 import time
-import unittest
 
 import grpc
 
@@ -21,7 +19,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_lib as cl  # noqa: E402
 import cluster_test as ct  # noqa: E402  (request/generate helpers)
 
-ARGS = None
 
 # Bounds of the failure path: rank 0 notices a dead rank at its next collective (the idle
 # heartbeat every --tp-heartbeat s fails at once on a closed socket, else after --tp-timeout s)
@@ -46,16 +43,7 @@ def children_of(pid):
     return out
 
 
-class TensorParallelClusterTest(unittest.TestCase):
-    def setUp(self):
-        self.cluster = cl.Cluster(ARGS.binary, ARGS.model)
-        self.cluster.__enter__()
-
-    def tearDown(self):
-        failed = not getattr(self._outcome, "success", True)
-        self.cluster.__exit__(None, None, None)
-        if failed:
-            sys.stderr.write(self.cluster.logs())
+class TensorParallelClusterTest(cl.ClusterCase):
 
     def test_tp2_local_matches_tp1_and_dead_rank_goes_unhealthy(self):
         tp1 = self.cluster.worker()
@@ -103,20 +91,6 @@ class TensorParallelClusterTest(unittest.TestCase):
         self.assertEqual(tp2.wait(timeout=20), 1)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--binary", required=True)
-    parser.add_argument("--model", default=cl.default_model())
-    ARGS, rest = parser.parse_known_args()
-    if not os.path.exists(ARGS.model):
-        print(f"FAIL: model {ARGS.model} not found (set TINYSERVE_DATA, or run scripts/test, "
-              "which fetches the test data)")
-        return 1
-    ct.S = cl.stubs()
-    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
-    return 0 if prog.result.wasSuccessful() else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    ct.S = cl.stubs()
+    sys.exit(cl.run_tests())

@@ -118,6 +118,17 @@ def semantic_checks(name, docs, values):
                  f"--port={w['grpcPort']}", f"--metrics-port={w['metricsPort']}"):
         check(flag in wc["args"], f"{name}: worker arg {flag}")
     check(wc["args"][0] == "worker" and rc["args"][0] == "router", f"{name}: subcommands")
+    # The OpenAI-compatible HTTP API: flag, container port and Service port agree.
+    hp = r.get("httpPort", 0)
+    check(f"--http-port={hp}" in rc["args"], f"{name}: router --http-port={hp}")
+    rsvc = [s for s in by_kind.get("Service", []) if s["metadata"]["name"] == dep["metadata"]["name"]]
+    svc_http = [p for s in rsvc for p in s["spec"]["ports"] if p["name"] == "http"]
+    ctr_http = [p for p in rc.get("ports", []) if p["name"] == "http"]
+    if hp:
+        check(len(svc_http) == 1 and svc_http[0]["port"] == hp and len(ctr_http) == 1 and
+              ctr_http[0]["containerPort"] == hp, f"{name}: router http port {hp} on pod and Service")
+    else:
+        check(not svc_http and not ctr_http, f"{name}: no http port when httpPort is 0")
 
     # Native gRPC probes on the gRPC port with the health service names.
     for c, vals in ((wc, w), (rc, r)):

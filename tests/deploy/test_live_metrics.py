@@ -217,6 +217,7 @@ def main():
         raise SystemExit(f"FAIL: model {a.model} not found (set TINYSERVE_DATA, or run scripts/test)")
     a.work.mkdir(parents=True, exist_ok=True)
     wport, wmport, rport, rmport = free_port(), free_port(), free_port(), free_port()
+    rhport = free_port()
     wlog = open(a.work / "worker.log", "w")
     rlog = open(a.work / "router.log", "w")
     try:
@@ -224,10 +225,12 @@ def main():
         wait_for("worker /metrics", lambda: "tinyserve_" in http_get(f"http://127.0.0.1:{wmport}/metrics"),
                  90, [(worker, "worker")])
         router = start([a.binary, "router", "--port", rport, "--metrics-port", rmport,
-                        "--workers", f"localhost:{wport}"], rlog)
+                        "--http-port", rhport, "--workers", f"localhost:{wport}"], rlog)
         wait_for("router /metrics", lambda: "tinyserve_" in http_get(f"http://127.0.0.1:{rmport}/metrics"),
                  60, [(worker, "worker"), (router, "router")])
         generate_once(repo, a.work, rport)
+        # One request through the OpenAI-compatible HTTP API too, so its counter is scraped.
+        http_get(f"http://127.0.0.1:{rhport}/v1/models")
         time.sleep(1.5)  # one more metrics update after the stream ends
 
         if a.mode == "names":

@@ -556,7 +556,8 @@ bool Engine::Impl::Step() {
     }
     if (s.computed < static_cast<int64_t>(s.tokens.size())) continue;  // more prefill to do
     if (s.generated == 0 && s.policy) s.policy->OnPrefill(s.computed);
-    const SampleResult r = s.sampler->Sample(&logits[b * static_cast<size_t>(vocab)], vocab, s.tokens);
+    const SampleResult r = s.sampler->Sample(&logits[b * static_cast<size_t>(vocab)], vocab,
+                                             s.tokens, s.tokens.size() - s.generated);
     if (auto reason = Emit(s, r)) ended.push_back({&s, *reason});
   }
   for (auto& [seq, reason] : ended)

@@ -16,8 +16,24 @@ int32_t Argmax(const float* x, int n) {
 
 Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed) {}
 
-SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t>& history) {
+SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t>& history,
+                             size_t output_start) {
   SampleResult r;
+  if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) &&
+      output_start < history.size()) {
+    // OpenAI's definition: logit -= presence * [count > 0] + frequency * count, over the
+    // tokens generated so far.
+    counts_.resize(vocab);
+    for (size_t i = output_start; i < history.size(); ++i) {
+      if (history[i] >= 0 && history[i] < vocab) ++counts_[history[i]];
+    }
+    for (size_t i = output_start; i < history.size(); ++i) {
+      const int32_t id = history[i];
+      if (id < 0 || id >= vocab || counts_[id] == 0) continue;
+      logits[id] -= p_.presence_penalty + p_.frequency_penalty * counts_[id];
+      counts_[id] = 0;
+    }
+  }
   if (p_.repetition_penalty != 1.0f) {
     // CTRL-style penalty as llama.cpp and transformers apply it: divide positive logits,
     // multiply negative ones, once per distinct token seen.

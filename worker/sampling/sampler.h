@@ -1,5 +1,6 @@
 // File: worker/sampling/sampler.h
-// Turns one row of logits into the next token: repetition penalty, temperature, top-k, top-p
+// Turns one row of logits into the next token: repetition, presence and frequency penalties,
+// temperature, top-k, top-p
 // and min-p filtering, then greedy argmax (temperature 0) or a draw from a per-request RNG
 // (same seed, same output). Also the log-probabilities of the chosen and top-n tokens, taken
 // from the model's distribution before filtering (as vLLM reports them).
@@ -24,13 +25,16 @@ struct SampleResult {
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
-  // logits [vocab] is modified (penalties, scaling). history: prompt + generated ids so far.
-  SampleResult Sample(float* logits, int vocab, const std::vector<int32_t>& history);
+  // logits [vocab] is modified (penalties, scaling). history: prompt + generated ids so far;
+  // the generated ones start at history[output_start] (presence and frequency penalties).
+  SampleResult Sample(float* logits, int vocab, const std::vector<int32_t>& history,
+                      size_t output_start = 0);
 
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<int32_t> counts_;  // per token: times generated (penalties; zeroed after use)
 };
 
 // Index of the largest value (first on ties).

@@ -86,6 +86,33 @@ TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
   EXPECT_EQ(s.Sample(l.data(), 3, {0}).id, 1);
 }
 
+TEST(Sampler, PresenceAndFrequencyPenaltiesCountOnlyTheOutput) {
+  // history = prompt {2, 2, 2} + output {0, 0, 1}: logits 0, 1 drop by presence + count x
+  // frequency; token 2 appears only in the prompt and keeps its logit.
+  SamplingParams p;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p);
+  std::vector<float> l = {3.0f, 3.0f, 2.5f, 0.0f};
+  const std::vector<int32_t> history = {2, 2, 2, 0, 0, 1};
+  s.Sample(l.data(), 4, history, /*output_start=*/3);
+  EXPECT_FLOAT_EQ(l[0], 3.0f - 0.5f - 2 * 0.25f);
+  EXPECT_FLOAT_EQ(l[1], 3.0f - 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(l[2], 2.5f);
+  EXPECT_FLOAT_EQ(l[3], 0.0f);
+  // The greedy pick follows: token 2 now wins. A second call applies the same amounts again
+  // (the per-token counts are cleared after use).
+  std::vector<float> again = {3.0f, 3.0f, 2.5f, 0.0f};
+  EXPECT_EQ(s.Sample(again.data(), 4, history, 3).id, 2);
+  EXPECT_FLOAT_EQ(again[0], 2.0f);
+  // Negative penalties promote the output's tokens.
+  p.presence_penalty = -1.0f;
+  p.frequency_penalty = 0.0f;
+  Sampler promote(p);
+  std::vector<float> l2 = {3.0f, 3.0f, 3.5f, 0.0f};
+  EXPECT_EQ(promote.Sample(l2.data(), 4, history, 3).id, 0);
+}
+
 TEST(Sampler, LogprobsOfChosenAndTop) {
   std::vector<float> l = {1.0f, 2.0f, 3.0f};
   SamplingParams p;
@@ -122,6 +149,12 @@ TEST(SamplingParams, ValidationNamesTheField) {
   p = {};
   p.repetition_penalty = 0;
   cases.push_back({"repetition_penalty", p});
+  p = {};
+  p.presence_penalty = 2.5f;
+  cases.push_back({"presence_penalty", p});
+  p = {};
+  p.frequency_penalty = -3.0f;
+  cases.push_back({"frequency_penalty", p});
   p = {};
   p.max_tokens = 0;
   cases.push_back({"max_tokens", p});

@@ -18,6 +18,10 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, int
   if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0 ||
       p.repetition_penalty > 10)
     return bad(absl::StrCat("repetition_penalty must be in (0, 10], got ", p.repetition_penalty));
+  if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2)
+    return bad(absl::StrCat("presence_penalty must be in [-2, 2], got ", p.presence_penalty));
+  if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2)
+    return bad(absl::StrCat("frequency_penalty must be in [-2, 2], got ", p.frequency_penalty));
   if (p.max_tokens <= 0) return bad(absl::StrCat("max_tokens must be > 0, got ", p.max_tokens));
   if (max_context > 0 && p.max_tokens > max_context)
     return bad(absl::StrCat("max_tokens ", p.max_tokens, " exceeds the context length ",

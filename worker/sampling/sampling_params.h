@@ -16,6 +16,8 @@ struct SamplingParams {
   float top_p = 1.0f;              // 1 = off
   float min_p = 0.0f;              // 0 = off
   float repetition_penalty = 1.0f; // 1 = off (llama.cpp/CTRL style, over prompt + output)
+  float presence_penalty = 0.0f;   // 0 = off (OpenAI style, over the output only)
+  float frequency_penalty = 0.0f;  // 0 = off (OpenAI style, over the output only)
   uint64_t seed = 0;               // same seed, same output
   bool has_seed = false;           // false: seeded from the request id / a counter
   int max_tokens = 128;

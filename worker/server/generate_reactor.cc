@@ -126,6 +126,7 @@ void GenerateReactor::OnEngineTokens(const std::vector<GeneratedToken>& tokens,
       v1::TokenLogprobs* lp = chunk->add_logprobs();
       lp->set_token_id(t.id);
       lp->set_logprob(t.logprob);
+      lp->set_text(SanitizeUtf8(state_->engine->tokenizer().TokenBytes(t.id)));
       for (const TokenLogprob& alt : t.top) {
         v1::TopLogprob* top = lp->add_top();
         top->set_token_id(alt.id);

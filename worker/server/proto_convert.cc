@@ -28,6 +28,8 @@ SamplingParams ToSampling(const v1::SamplingOptions& s) {
   p.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
   p.min_p = s.min_p();
   p.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  p.presence_penalty = s.presence_penalty();
+  p.frequency_penalty = s.frequency_penalty();
   p.has_seed = s.has_seed();
   p.seed = s.seed();
   p.max_tokens = s.max_tokens() == 0 ? kDefaultMaxTokens : s.max_tokens();

@@ -38,6 +38,8 @@ class WorkerMetrics : public EngineObserver {
 
   // What the exposer serves: refreshes the mirrored values, then collects the registry.
   std::shared_ptr<prometheus::Collectable> collectable() { return collectable_; }
+  // Where other parts of the process (the HTTP frontend) register their families.
+  prometheus::Registry* registry() { return registry_.get(); }
 
   // Admission failures counted by the RPC layer (the engine never saw these requests).
   void CountInvalid() { invalid_->Increment(); }

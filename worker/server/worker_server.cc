@@ -84,13 +84,25 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     }
     w->exposer_->RegisterCollectable(w->metrics_->collectable());
   }
+  auto http = HttpFrontend::StartFor(w->server_.get(),
+                                     {options.host, options.http_port, options.http_threads,
+                                      options.max_message_bytes, TINYSERVE_VERSION},
+                                     w->metrics_->registry());
+  if (!http.ok()) {
+    w->server_->Shutdown();
+    w->engine_->Stop();
+    return http.status();
+  }
+  w->http_ = *std::move(http);
 
   w->SetReady(true);
   w->watchdog_ = std::thread([p = w.get()] { p->WatchdogLoop(); });
   TS_LOG(INFO) << "worker serving gRPC on " << options.host << ":" << w->port_
                << (options.metrics_port > 0
                        ? absl::StrCat(", metrics on :", options.metrics_port, "/metrics")
-                       : std::string());
+                       : std::string())
+               << (options.http_port > 0 ? absl::StrCat(", HTTP on :", options.http_port)
+                                         : std::string());
   return w;
 }
 
@@ -170,6 +182,7 @@ void WorkerServer::Drain() {
   // then the server can shut down without waiting on a reactor that will never finish.
   engine_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  http_.reset();  // after the server: its handlers' calls have ended
   exposer_.reset();
 }
 

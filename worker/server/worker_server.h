@@ -26,6 +26,7 @@
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
 #include "worker/engine/engine.h"
+#include "worker/server/http_frontend.h"
 #include "worker/server/worker_metrics.h"
 #include "worker/server/worker_service.h"
 
@@ -39,6 +40,8 @@ struct WorkerServerOptions {
   double stall_seconds = 30;              // watchdog: no step progress with work -> not ready
   double drain_timeout_seconds = 30;      // grace for running requests after SIGTERM
   int max_message_bytes = 4 << 20;        // larger requests: RESOURCE_EXHAUSTED (by gRPC)
+  int http_port = 0;                      // OpenAI-compatible HTTP API; 0 = off
+  int http_threads = 64;                  // HTTP connections served at once
   bool probe_at_start = true;             // run Engine::HealthProbe before turning ready
 };
 
@@ -70,6 +73,7 @@ class WorkerServer {
   std::unique_ptr<WorkerControlService> control_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpFrontend> http_;
   int port_ = 0;
 
   std::mutex mu_;

@@ -1,0 +1,257 @@
+"""The OpenAI-compatible HTTP API of real router and worker processes, driven by the official
+`openai` Python client (and plain urllib where the client hides what is checked).
+
+Cases (one CTest entry each, -k test_NAME):
+  client_through_router   completions and chat, streamed and not, agree with the gRPC API's
+                          greedy output token for token; usage, logprobs, n, seeds, models,
+                          tokenize/detokenize, the worker's own HTTP port
+  bad_requests            400 with the field named in "param"; 404, 405, 413; no worker crashes
+  overload_and_disconnect a full router answers 429 (the client's RateLimitError); a streamed
+                          request whose client hangs up is aborted and its KV pages freed
+  sigterm_drains          SIGTERM to the router: a running HTTP stream still completes, new
+                          requests get 503, and the router exits 0
+"""
+import signal
+import json
+import os
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_lib as cl  # noqa: E402
+
+S = None  # generated stubs
+
+
+def client(port):
+    import openai
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0,
+                         timeout=60)
+
+
+def post(port, path, body, timeout=30):
+    """(status, parsed JSON body) of a raw POST; never raises for HTTP errors."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def grpc_greedy(address, req):
+    """(text, completion tokens) of a Generate call over gRPC."""
+    text, usage = "", None
+    with cl.channel(address) as ch:
+        for msg in S.grpc.TinyServeStub(ch).Generate(req, timeout=60):
+            if msg.HasField("chunk"):
+                text += msg.chunk.text
+            elif msg.HasField("complete"):
+                usage = msg.complete.usage
+    return text, usage
+
+
+class OpenAiHttpTest(cl.ClusterCase):
+    def test_client_through_router(self):
+        whttp = cl.free_port()
+        w = self.cluster.worker("--http-port", str(whttp))
+        r = self.cluster.router([w])
+        api = client(r.http_port)
+        prompt = "Once upon a time"
+
+        # Greedy completions equal the gRPC API's output for the same prompt.
+        want, usage = grpc_greedy(r.address, S.pb.GenerateRequest(
+            text=prompt, sampling=S.pb.SamplingOptions(max_tokens=24, temperature=0)))
+        got = api.completions.create(model="any-name", prompt=prompt, max_tokens=24,
+                                     temperature=0)
+        self.assertEqual(got.object, "text_completion")
+        self.assertEqual(got.model, "any-name")
+        self.assertEqual(got.choices[0].text, want)
+        self.assertIn(got.choices[0].finish_reason, ("length", "stop"))
+        self.assertEqual(got.usage.prompt_tokens, usage.prompt_tokens)
+        self.assertEqual(got.usage.completion_tokens, usage.completion_tokens)
+        self.assertEqual(got.usage.total_tokens, usage.prompt_tokens + usage.completion_tokens)
+
+        # Streamed: the chunks concatenate to the same text; the usage chunk comes last.
+        chunks = list(api.completions.create(model="m", prompt=prompt, max_tokens=24,
+                                             temperature=0, stream=True,
+                                             stream_options={"include_usage": True}))
+        self.assertEqual("".join(c.choices[0].text for c in chunks if c.choices), want)
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, usage.completion_tokens)
+
+        # Token-id prompts, echo, logprobs (the top alternatives include the chosen token
+        # under greedy decoding).
+        ids = api.completions.create(model="m", prompt=[1, 403, 407], max_tokens=8,
+                                     temperature=0, logprobs=2)
+        lp = ids.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), ids.usage.completion_tokens)
+        self.assertEqual(len(lp.top_logprobs[0]), 2)
+        for tok, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            self.assertLessEqual(logprob, 1e-6)
+            self.assertAlmostEqual(max(top.values()), logprob, places=4)
+            self.assertIn(tok, top)
+        echo = api.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0,
+                                      echo=True)
+        self.assertTrue(echo.choices[0].text.startswith(prompt))
+
+        # n choices and seeds: a seeded request is reproducible, and its samples differ.
+        def sampled():
+            out = api.completions.create(model="m", prompt=prompt, max_tokens=16,
+                                         temperature=1.0, n=3, seed=42)
+            return [c.text for c in sorted(out.choices, key=lambda c: c.index)]
+        first = sampled()
+        self.assertEqual(len(first), 3)
+        self.assertEqual(first, sampled())
+        self.assertGreater(len(set(first)), 1)
+
+        # Chat, plain and streamed, agree; the first delta carries the role.
+        messages = [{"role": "system", "content": "You tell stories."},
+                    {"role": "user", "content": "Tell me a story."}]
+        chat = api.chat.completions.create(model="m", messages=messages, max_tokens=20,
+                                           temperature=0, logprobs=True, top_logprobs=1)
+        self.assertEqual(chat.object, "chat.completion")
+        self.assertEqual(chat.choices[0].message.role, "assistant")
+        self.assertGreater(len(chat.choices[0].message.content), 0)
+        self.assertEqual(len(chat.choices[0].logprobs.content), chat.usage.completion_tokens)
+        stream = list(api.chat.completions.create(model="m", messages=messages, max_tokens=20,
+                                                  temperature=0, stream=True))
+        self.assertEqual(stream[0].choices[0].delta.role, "assistant")
+        self.assertEqual("".join(c.choices[0].delta.content or "" for c in stream),
+                         chat.choices[0].message.content)
+        self.assertEqual(stream[-1].choices[0].finish_reason, chat.choices[0].finish_reason)
+
+        # TinyServe's selection options pass through ("extra_body" merges into the JSON).
+        quest = api.completions.create(model="m", prompt=prompt * 20, max_tokens=8,
+                                       temperature=0, extra_body={
+                                           "selection": {"policy": "quest", "budget": 32}})
+        stats = quest.choices[0].model_extra["tinyserve"]["selection"]
+        self.assertEqual(stats["policy"], "quest")
+        self.assertLess(stats["kv_bytes_read"], stats["kv_bytes_dense"])
+
+        # Models, tokenize and detokenize; and the worker serves the same API itself.
+        models = api.models.list().data
+        self.assertEqual(len(models), 1)
+        info = S.grpc.TinyServeStub(cl.channel(r.address)).GetModelInfo(
+            S.pb.GetModelInfoRequest(), timeout=5)
+        self.assertEqual(models[0].id, info.name or info.path)
+        status, tok = post(r.http_port, "/tokenize", {"prompt": prompt})
+        self.assertEqual(status, 200)
+        self.assertEqual(tok["count"], len(tok["tokens"]))
+        status, detok = post(r.http_port, "/detokenize", {"tokens": tok["tokens"]})
+        self.assertEqual(status, 200)
+        self.assertIn(prompt, detok["prompt"])
+        direct = client(whttp).completions.create(model="m", prompt=prompt, max_tokens=24,
+                                                  temperature=0)
+        self.assertEqual(direct.choices[0].text, want)
+        with urllib.request.urlopen(f"http://127.0.0.1:{r.http_port}/health", timeout=5) as h:
+            self.assertEqual(h.status, 200)
+        self.assertGreater(cl.metric(r.metrics(), "tinyserve_http_requests_total",
+                                     route="completions", code="200") or 0, 0)
+
+    def test_bad_requests(self):
+        import openai
+        w = self.cluster.worker()
+        r = self.cluster.router([w])
+        api = client(r.http_port)
+        cases = [
+            (dict(prompt="x", temperature=-1), "temperature"),
+            (dict(prompt="x", n=0), "n"),
+            (dict(prompt="x", max_tokens=10**8), "max_tokens"),
+            (dict(prompt="x", logit_bias={"5": 3}), "logit_bias"),
+            (dict(prompt=[10**6]), "token_ids.ids[0]"),
+            (dict(prompt=""), "prompt"),
+            (dict(prompt="x", extra_body={"selection": {"policy": "nope"}}), "policy"),
+        ]
+        for kwargs, field in cases:
+            with self.assertRaises(openai.BadRequestError, msg=str(kwargs)) as ctx:
+                api.completions.create(model="m", **kwargs)
+            err = ctx.exception.body
+            self.assertIn(field, err["message"], kwargs)
+            self.assertEqual(ctx.exception.status_code, 400)
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            api.chat.completions.create(model="m", messages=[{"role": "tool", "content": "x"}])
+        self.assertEqual(ctx.exception.body["param"], "messages[0].role")
+        # Raw HTTP: broken JSON, a wrong route, a wrong method, an oversized body.
+        status, body = post(r.http_port, "/v1/completions", b"{not json")
+        self.assertEqual(status, 400)
+        self.assertIn("JSON", body["error"]["message"])
+        self.assertEqual(post(r.http_port, "/v1/nothing", {})[0], 404)
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{r.http_port}/v1/completions", timeout=5)
+            self.fail("GET /v1/completions succeeded")
+        except urllib.error.HTTPError as e:
+            self.assertEqual(e.code, 405)
+        self.assertEqual(post(r.http_port, "/v1/completions", b" " * (5 << 20))[0], 413)
+        # The servers are still well and serve.
+        ok = api.completions.create(model="m", prompt="Once", max_tokens=4, temperature=0)
+        self.assertEqual(ok.usage.completion_tokens, 4)
+        self.assertTrue(w.alive() and r.alive())
+
+    def test_overload_and_disconnect(self):
+        import openai
+        w = self.cluster.worker()
+        r = self.cluster.router([w], "--max-inflight", "1", "--max-queue", "0")
+        api = client(r.http_port)
+        used = lambda: cl.metric(w.metrics(), "tinyserve_kv_pages_used")
+        baseline = used()
+        long = dict(model="m", prompt="Once upon a time", max_tokens=1500, temperature=0,
+                    extra_body={"ignore_eos": True})
+        # Hold the router's only slot with a stream, then ask again: 429.
+        stream = api.completions.create(stream=True, **long)
+        next(iter(stream))
+        with self.assertRaises(openai.RateLimitError) as ctx:
+            api.completions.create(model="m", prompt="x", max_tokens=2)
+        self.assertEqual(ctx.exception.status_code, 429)
+        # Hang up mid-stream: the request is aborted and its pages come back.
+        stream.close()
+        self.assertTrue(cl.wait_for(
+            lambda: (cl.metric(w.metrics(), "tinyserve_requests_running") or 0) == 0, 20))
+        self.assertTrue(cl.wait_for(lambda: used() == baseline, 10),
+                        f"kv pages used {used()} != baseline {baseline}")
+        text = w.metrics()
+        self.assertGreater(cl.metric(text, "tinyserve_requests_total", outcome="abort") or 0, 0)
+        # A raw socket that sends a request and vanishes does not hurt either.
+        with socket.create_connection(("127.0.0.1", r.http_port)) as s:
+            body = json.dumps({"prompt": "Once", "max_tokens": 1500, "stream": True,
+                               "ignore_eos": True}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                      b"\r\n\r\n" + body)
+            s.recv(100)
+        self.assertTrue(cl.wait_for(lambda: used() == baseline, 20))
+        ok = api.completions.create(model="m", prompt="Once", max_tokens=4, temperature=0)
+        self.assertEqual(ok.usage.completion_tokens, 4)
+
+    def test_sigterm_drains(self):
+        import openai
+        w = self.cluster.worker()
+        r = self.cluster.router([w])
+        api = client(r.http_port)
+        # About 1-2 s of decoding: still running at SIGTERM, done well within the 5 s drain.
+        stream = api.completions.create(model="m", prompt="Once upon a time", max_tokens=600,
+                                        temperature=0, stream=True,
+                                        extra_body={"ignore_eos": True})
+        it = iter(stream)
+        text = next(it).choices[0].text
+        r.kill(signal.SIGTERM)
+        time.sleep(0.2)
+        with self.assertRaises((openai.APIStatusError, openai.APIConnectionError)) as ctx:
+            api.completions.create(model="m", prompt="x", max_tokens=2)
+        if isinstance(ctx.exception, openai.APIStatusError):
+            self.assertEqual(ctx.exception.status_code, 503)
+        chunks = list(it)
+        text += "".join(c.choices[0].text for c in chunks if c.choices)
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "length")
+        self.assertGreater(len(text), 0)
+        self.assertEqual(r.wait(timeout=20), 0)
+
+
+if __name__ == "__main__":
+    S = cl.stubs()
+    sys.exit(cl.run_tests())

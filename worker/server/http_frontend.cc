@@ -1,0 +1,447 @@
+#include "worker/server/http_frontend.h"
+
+#include <civetweb.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+
+namespace tinyserve {
+namespace {
+
+using json = nlohmann::json;
+namespace v1 = tinyserve::v1;
+
+constexpr auto kUnaryTimeout = std::chrono::seconds(30);
+
+// The Generate calls of one HTTP request, run concurrently through the callback API; their
+// messages and endings come out of Next() in arrival order.
+class CallGroup {
+ public:
+  struct Event {
+    int index = 0;
+    bool done = false;  // the call ended with `status`
+    v1::GenerateResponse response;
+    grpc::Status status;
+  };
+
+  CallGroup(v1::TinyServe::Stub* stub, const std::vector<v1::GenerateRequest>& requests)
+      : remaining_(static_cast<int>(requests.size())) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      calls_.push_back(std::make_unique<Call>(this, static_cast<int>(i), requests[i]));
+    }
+    for (auto& call : calls_) call->Start(stub);
+  }
+  // Cancels what still runs and waits until every call has ended (their reactors are ours).
+  ~CallGroup() {
+    Cancel();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return remaining_ == 0; });
+  }
+
+  // The next event; false once every call has ended and every event was taken.
+  bool Next(Event* event) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !events_.empty() || remaining_ == 0; });
+    if (events_.empty()) return false;
+    *event = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+  void Cancel() {
+    for (auto& call : calls_) call->context.TryCancel();
+  }
+
+ private:
+  struct Call final : grpc::ClientReadReactor<v1::GenerateResponse> {
+    Call(CallGroup* g, int i, const v1::GenerateRequest& r) : group(g), index(i), request(r) {}
+    void Start(v1::TinyServe::Stub* stub) {
+      stub->async()->Generate(&context, &request, this);
+      StartRead(&response);
+      StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) return;  // OnDone follows
+      group->Push({index, false, response, grpc::Status::OK});
+      StartRead(&response);
+    }
+    // The last reaction: after Push the group may delete this object.
+    void OnDone(const grpc::Status& status) override {
+      group->Push({index, true, v1::GenerateResponse(), status});
+    }
+
+    CallGroup* group;
+    int index;
+    grpc::ClientContext context;
+    v1::GenerateRequest request;
+    v1::GenerateResponse response;
+  };
+
+  void Push(Event event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event.done) --remaining_;
+    events_.push_back(std::move(event));
+    cv_.notify_all();
+  }
+
+  std::vector<std::unique_ptr<Call>> calls_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;  // GUARDED_BY(mu_)
+  int remaining_;             // GUARDED_BY(mu_)
+};
+
+int SendBody(mg_connection* conn, int status, const std::string& body,
+             const char* type = "application/json") {
+  mg_response_header_start(conn, status);
+  mg_response_header_add(conn, "Content-Type", type, -1);
+  mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
+  mg_response_header_send(conn);
+  mg_write(conn, body.data(), body.size());
+  return status;
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+int SendError(mg_connection* conn, const grpc::Status& status,
+              std::optional<std::string> param = std::nullopt) {
+  return SendBody(conn, openai::HttpStatusOf(status.error_code()),
+                  Dump(openai::ErrorBody(status, param)));
+}
+
+int SendError(mg_connection* conn, const absl::Status& status) {
+  const int http = openai::HttpStatusOf(static_cast<grpc::StatusCode>(status.code()));
+  return SendBody(conn, http, Dump(openai::ErrorBody(status)));
+}
+
+int SendError(mg_connection* conn, int http, const std::string& message, const char* type) {
+  json body = {
+      {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
+  return SendBody(conn, http, Dump(body));
+}
+
+bool SendChunk(mg_connection* conn, const std::string& data) {
+  return data.empty() || mg_send_chunk(conn, data.data(), static_cast<unsigned>(data.size())) > 0;
+}
+
+void SetDeadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
+}
+
+// Parses a JSON object body; an error status names what is wrong.
+absl::StatusOr<json> ParseObject(const std::string& body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");
+  if (!j.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  return j;
+}
+
+}  // namespace
+
+HttpFrontend::HttpFrontend(const HttpFrontendOptions& options,
+                           std::shared_ptr<grpc::Channel> channel, prometheus::Registry* registry)
+    : options_(options), channel_(std::move(channel)), stub_(v1::TinyServe::NewStub(channel_)) {
+  if (registry != nullptr) {
+    requests_ = &prometheus::BuildCounter()
+                     .Name("tinyserve_http_requests_total")
+                     .Help("OpenAI-compatible HTTP API requests by route and HTTP status code")
+                     .Register(*registry);
+  }
+  std::random_device rd;
+  id_prefix_ = absl::StrFormat("%08x", rd());
+}
+
+absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
+    const HttpFrontendOptions& options, std::shared_ptr<grpc::Channel> channel,
+    prometheus::Registry* registry) {
+  std::unique_ptr<HttpFrontend> f(new HttpFrontend(options, std::move(channel), registry));
+  mg_init_library(0);
+  const std::string listen = absl::StrCat(options.host, ":", options.port);
+  const std::string threads = std::to_string(options.threads);
+  const char* mg_options[] = {"listening_ports",
+                              listen.c_str(),
+                              "num_threads",
+                              threads.c_str(),
+                              "enable_keep_alive",
+                              "yes",
+                              "request_timeout_ms",
+                              "600000",
+                              nullptr};
+  mg_callbacks callbacks{};
+  static thread_local std::string last_error;
+  last_error.clear();
+  callbacks.log_message = [](const mg_connection*, const char* message) {
+    last_error = message;
+    TS_LOG(WARNING) << "http: " << message;
+    return 1;
+  };
+  f->ctx_ = mg_start(&callbacks, f.get(), mg_options);
+  if (f->ctx_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve HTTP on ", listen, last_error.empty() ? "" : ": ", last_error));
+  }
+  mg_server_port ports[1];
+  if (mg_get_server_ports(f->ctx_, 1, ports) >= 1) f->port_ = ports[0].port;
+  mg_set_request_handler(f->ctx_, "/", &HttpFrontend::Handle, f.get());
+  TS_LOG(INFO) << "OpenAI-compatible HTTP API on " << options.host << ":" << f->port_
+               << " (/v1/completions, /v1/chat/completions, /v1/models)";
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::StartFor(
+    grpc::Server* server, const HttpFrontendOptions& options, prometheus::Registry* registry) {
+  if (options.port == 0) return std::unique_ptr<HttpFrontend>();
+  return Start(options, server->InProcessChannel(grpc::ChannelArguments()), registry);
+}
+
+HttpFrontend::~HttpFrontend() { Stop(); }
+
+void HttpFrontend::Stop() {
+  if (ctx_ == nullptr) return;
+  mg_stop(ctx_);
+  ctx_ = nullptr;
+}
+
+int HttpFrontend::Handle(mg_connection* conn, void* self) {
+  return static_cast<HttpFrontend*>(self)->Route(conn);
+}
+
+void HttpFrontend::Count(const char* route, int code) {
+  if (requests_ == nullptr) return;
+  requests_->Add({{"route", route}, {"code", std::to_string(code)}}).Increment();
+}
+
+int HttpFrontend::Route(mg_connection* conn) {
+  const mg_request_info* ri = mg_get_request_info(conn);
+  const std::string method = ri->request_method ? ri->request_method : "";
+  std::string path = ri->local_uri ? ri->local_uri : "";
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+
+  struct RouteSpec {
+    const char* path;
+    const char* method;
+    const char* label;
+  };
+  static constexpr RouteSpec kRoutes[] = {
+      {"/v1/completions", "POST", "completions"},
+      {"/v1/chat/completions", "POST", "chat_completions"},
+      {"/v1/models", "GET", "models"},
+      {"/tokenize", "POST", "tokenize"},
+      {"/detokenize", "POST", "detokenize"},
+      {"/health", "GET", "health"},
+      {"/version", "GET", "version"},
+  };
+  const RouteSpec* route = nullptr;
+  for (const RouteSpec& r : kRoutes) {
+    if (path == r.path) route = &r;
+  }
+  if (route == nullptr) {
+    const int code =
+        SendError(conn, 404, absl::StrCat("no route ", method, " ", path), "not_found_error");
+    Count("other", code);
+    return code;
+  }
+  if (method != route->method) {
+    const int code =
+        SendError(conn, 405, absl::StrCat(path, " takes ", route->method), "invalid_request_error");
+    Count(route->label, code);
+    return code;
+  }
+
+  std::string body;
+  if (method == "POST") {
+    if (ri->content_length > options_.max_body_bytes) {
+      const int code =
+          SendError(conn, 413, absl::StrCat("the body is over ", options_.max_body_bytes, " bytes"),
+                    "invalid_request_error");
+      Count(route->label, code);
+      return code;
+    }
+    char buf[16384];
+    int n;
+    while ((n = mg_read(conn, buf, sizeof(buf))) > 0) {
+      body.append(buf, n);
+      if (body.size() > static_cast<size_t>(options_.max_body_bytes)) {
+        const int code = SendError(
+            conn, 413, absl::StrCat("the body is over ", options_.max_body_bytes, " bytes"),
+            "invalid_request_error");
+        Count(route->label, code);
+        return code;
+      }
+    }
+  }
+
+  int code;
+  const std::string_view label = route->label;
+  if (label == "completions") {
+    code = Completions(conn, openai::Endpoint::kCompletions, body);
+  } else if (label == "chat_completions") {
+    code = Completions(conn, openai::Endpoint::kChat, body);
+  } else if (label == "models") {
+    code = Models(conn);
+  } else if (label == "tokenize") {
+    code = Tokenize(conn, body);
+  } else if (label == "detokenize") {
+    code = Detokenize(conn, body);
+  } else if (label == "health") {
+    code = Health(conn);
+  } else {
+    code = SendBody(conn, 200, Dump({{"version", options_.version}}));
+  }
+  Count(route->label, code);
+  return code;
+}
+
+absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (model_.has_value()) return *model_;
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::ModelInfo info;
+  const grpc::Status s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("model info: ", s.error_message()));
+  }
+  openai::ServedModel m;
+  m.name = info.name().empty() ? info.path() : info.name();
+  m.max_context = info.max_context();
+  std::lock_guard<std::mutex> lock(mu_);
+  model_ = m;
+  model_info_ = info;
+  return m;
+}
+
+int HttpFrontend::Completions(mg_connection* conn, openai::Endpoint endpoint,
+                              const std::string& body) {
+  auto model = Model();
+  if (!model.ok()) return SendError(conn, model.status());
+  const std::string request_id = absl::StrCat("http-", id_prefix_, "-", next_id_.fetch_add(1));
+  auto parsed = openai::ParseRequest(endpoint, body, *model, request_id);
+  if (!parsed.ok()) return SendError(conn, parsed.status());
+  const std::string id = absl::StrCat(endpoint == openai::Endpoint::kChat ? "chatcmpl-" : "cmpl-",
+                                      parsed->calls.front().request_id());
+  openai::ResponseBuilder builder(*parsed, id, static_cast<int64_t>(std::time(nullptr)));
+
+  bool headers_sent = false, client_gone = false;
+  std::optional<grpc::Status> failure;
+  CallGroup group(stub_.get(), parsed->calls);
+  CallGroup::Event e;
+  while (group.Next(&e)) {
+    std::string out;
+    if (!e.done) {
+      out = builder.OnResponse(e.index, e.response);
+    } else if (!e.status.ok() && !failure.has_value()) {
+      // One failed choice fails the request; the others are cancelled.
+      failure = e.status;
+      group.Cancel();
+      if (headers_sent) out = builder.OnFailure(e.index, e.status);
+    }
+    if (!parsed->stream || client_gone || out.empty()) continue;
+    if (!headers_sent) {
+      mg_send_http_ok(conn, "text/event-stream", -1);
+      headers_sent = true;
+    }
+    if (!SendChunk(conn, out)) {
+      client_gone = true;  // the worker aborts the requests and frees their pages
+      group.Cancel();
+    }
+  }
+  if (client_gone) return 499;
+  if (failure.has_value() && !headers_sent) return SendError(conn, *failure);
+  if (parsed->stream) {
+    if (!headers_sent) mg_send_http_ok(conn, "text/event-stream", -1);
+    SendChunk(conn, builder.StreamEnd());
+    mg_send_chunk(conn, "", 0);
+    return 200;
+  }
+  return SendBody(conn, 200, builder.Body());
+}
+
+int HttpFrontend::Models(mg_connection* conn) {
+  auto model = Model();
+  if (!model.ok()) return SendError(conn, model.status());
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    path = model_info_.path();
+  }
+  json entry = {{"id", model->name}, {"object", "model"},
+                {"created", 0},      {"owned_by", "tinyserve"},
+                {"root", path},      {"max_model_len", model->max_context}};
+  return SendBody(conn, 200, Dump({{"object", "list"}, {"data", json::array({entry})}}));
+}
+
+int HttpFrontend::Tokenize(mg_connection* conn, const std::string& body) {
+  auto j = ParseObject(body);
+  if (!j.ok()) return SendError(conn, j.status());
+  auto prompt = j->find("prompt");
+  if (prompt == j->end() || !prompt->is_string()) {
+    return SendError(conn,
+                     grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompt: must be a string"),
+                     "prompt");
+  }
+  v1::TokenizeRequest req;
+  req.set_text(prompt->get<std::string>());
+  if (auto add = j->find("add_special_tokens"); add != j->end() && add->is_boolean()) {
+    req.set_add_special_tokens(add->get<bool>());
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::TokenizeResponse resp;
+  if (grpc::Status s = stub_->Tokenize(&ctx, req, &resp); !s.ok()) return SendError(conn, s);
+  auto model = Model();
+  json out = {
+      {"tokens", json(std::vector<int32_t>(resp.token_ids().begin(), resp.token_ids().end()))},
+      {"count", resp.token_ids_size()},
+      {"max_model_len", model.ok() ? model->max_context : 0}};
+  return SendBody(conn, 200, Dump(out));
+}
+
+int HttpFrontend::Detokenize(mg_connection* conn, const std::string& body) {
+  auto j = ParseObject(body);
+  if (!j.ok()) return SendError(conn, j.status());
+  auto tokens = j->find("tokens");
+  v1::DetokenizeRequest req;
+  bool ok = tokens != j->end() && tokens->is_array();
+  if (ok) {
+    for (const json& t : *tokens) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+        ok = false;
+        break;
+      }
+      req.add_token_ids(static_cast<int32_t>(t.get<int64_t>()));
+    }
+  }
+  if (!ok) {
+    return SendError(
+        conn,
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "tokens: must be a list of token ids"),
+        "tokens");
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::DetokenizeResponse resp;
+  if (grpc::Status s = stub_->Detokenize(&ctx, req, &resp); !s.ok()) return SendError(conn, s);
+  return SendBody(conn, 200, Dump({{"prompt", resp.text()}}));
+}
+
+int HttpFrontend::Health(mg_connection* conn) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ServerInfo info;
+  const grpc::Status s = stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
+  if (s.ok() && info.ready()) return SendBody(conn, 200, "{}");
+  return SendError(conn, 503, s.ok() ? "not ready" : s.error_message(),
+                   "service_unavailable_error");
+}
+
+}  // namespace tinyserve

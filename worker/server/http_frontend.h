@@ -1,0 +1,96 @@
+// File: worker/server/http_frontend.h
+// The OpenAI-compatible HTTP server of a router or worker process. It speaks to the process's
+// own TinyServe gRPC service through an in-process channel, so HTTP requests take exactly the
+// gRPC path: the router's admission, routing, retries and metrics, or the worker's engine.
+//
+// Routes:
+//   POST /v1/completions, /v1/chat/completions   openai_api.h; "stream": true answers with
+//                                                server-sent events, ending "data: [DONE]"
+//   GET  /v1/models                              the served model
+//   POST /tokenize {"prompt", "add_special_tokens"} -> {"tokens", "count", "max_model_len"}
+//   POST /detokenize {"tokens"} -> {"prompt"}
+//   GET  /health                                 200 when ready, else 503
+//   GET  /version                                {"version"}
+// Errors are OpenAI error objects with the HTTP status of the gRPC code (openai_api.h).
+// A streamed request whose client goes away is cancelled at its next event (the worker frees
+// its KV pages); an unstreamed one runs to its end (max_tokens bounds it).
+//
+// Threading: civetweb's worker threads (`threads` of them) each serve one connection at a
+// time and block on that request's gRPC calls; a request's n choices run concurrently.
+// Stop() (or the destructor) closes the listener and waits for running handlers: call it
+// after the gRPC server has shut down, which ends every call still running.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/registry.h"
+#include "tinyserve/v1/tinyserve.grpc.pb.h"
+#include "worker/server/openai_api.h"
+
+struct mg_context;
+struct mg_connection;
+
+namespace tinyserve {
+
+struct HttpFrontendOptions {
+  std::string host = "0.0.0.0";
+  int port = 8000;
+  int threads = 64;              // connections served at once
+  int max_body_bytes = 4 << 20;  // larger bodies: 413
+  std::string version = "dev";
+};
+
+class HttpFrontend {
+ public:
+  // channel: a TinyServe server (usually grpc::Server::InProcessChannel of this process).
+  // registry: where tinyserve_http_requests_total{route,code} is registered.
+  static absl::StatusOr<std::unique_ptr<HttpFrontend>> Start(const HttpFrontendOptions& options,
+                                                             std::shared_ptr<grpc::Channel> channel,
+                                                             prometheus::Registry* registry);
+  // Start on `server`'s own TinyServe service (an in-process channel): what the router and the
+  // worker do. The result is null when options.port is 0 (off).
+  static absl::StatusOr<std::unique_ptr<HttpFrontend>> StartFor(
+      grpc::Server* server, const HttpFrontendOptions& options, prometheus::Registry* registry);
+  ~HttpFrontend();
+
+  // Stops accepting and waits for running handlers (idempotent).
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  HttpFrontend(const HttpFrontendOptions& options, std::shared_ptr<grpc::Channel> channel,
+               prometheus::Registry* registry);
+  static int Handle(mg_connection* conn, void* self);
+  int Route(mg_connection* conn);
+  int Completions(mg_connection* conn, openai::Endpoint endpoint, const std::string& body);
+  int Models(mg_connection* conn);
+  int Tokenize(mg_connection* conn, const std::string& body);
+  int Detokenize(mg_connection* conn, const std::string& body);
+  int Health(mg_connection* conn);
+  // The served model's name and context (GetModelInfo, cached once it answers).
+  absl::StatusOr<openai::ServedModel> Model();
+  void Count(const char* route, int code);
+
+  HttpFrontendOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<tinyserve::v1::TinyServe::Stub> stub_;
+  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  mg_context* ctx_ = nullptr;
+  int port_ = 0;
+  std::atomic<uint64_t> next_id_{0};
+  std::string id_prefix_;
+
+  std::mutex mu_;
+  std::optional<openai::ServedModel> model_;  // GUARDED_BY(mu_)
+  tinyserve::v1::ModelInfo model_info_;       // GUARDED_BY(mu_)
+};
+
+}  // namespace tinyserve

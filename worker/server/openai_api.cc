@@ -1,0 +1,648 @@
+#include "worker/server/openai_api.h"
+
+#include <cctype>
+#include <limits>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "google/protobuf/util/json_util.h"
+#include "worker/server/api_util.h"
+
+namespace tinyserve::openai {
+namespace {
+
+using json = nlohmann::json;
+namespace v1 = tinyserve::v1;
+
+constexpr int kMaxChoices = 64;
+constexpr int kCompletionsDefaultMaxTokens = 16;  // OpenAI's default for /v1/completions
+
+absl::Status Bad(absl::string_view field, absl::string_view message) {
+  absl::Status s = absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+  s.SetPayload(kParamPayload, absl::Cord(field));
+  return s;
+}
+
+// Typed reads of a JSON object's optional fields; absent and null read as unset. The first
+// type or range error is kept (later reads still return unset).
+class Fields {
+ public:
+  Fields(const json& object, std::string prefix) : o_(object), prefix_(std::move(prefix)) {}
+
+  const json* Get(const char* key) const {
+    auto it = o_.find(key);
+    return it == o_.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::optional<double> Number(const char* key) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) return Fail(key, "must be a number");
+    return v->get<double>();
+  }
+  std::optional<int64_t> Integer(const char* key, int64_t lo, int64_t hi) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number_integer()) return Fail(key, "must be an integer");
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+      return Fail(key, absl::StrCat("must be in [", lo, ", ", hi, "]"));
+    }
+    const int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) {
+      return Fail(key, absl::StrCat("must be in [", lo, ", ", hi, "], got ", x));
+    }
+    return x;
+  }
+  std::optional<bool> Bool(const char* key) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) return Fail(key, "must be true or false");
+    return v->get<bool>();
+  }
+  std::optional<std::string> String(const char* key) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) return Fail(key, "must be a string");
+    return v->get<std::string>();
+  }
+  // Fields we know and do not implement: accepted only at their neutral value.
+  void RejectUnless(const char* key, bool neutral, absl::string_view why) {
+    if (Get(key) != nullptr && !neutral) Fail(key, why);
+  }
+
+  std::nullopt_t Fail(absl::string_view key, absl::string_view message) {
+    if (status_.ok()) status_ = Bad(absl::StrCat(prefix_, key), message);
+    return std::nullopt;
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const json& o_;
+  std::string prefix_;
+  absl::Status status_;
+};
+
+// A prompt of /v1/completions: text or token ids.
+struct Prompt {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_text = true;
+};
+
+bool IsTokenList(const json& v) {
+  if (!v.is_array() || v.empty()) return false;
+  for (const json& x : v) {
+    if (!x.is_number_integer()) return false;
+  }
+  return true;
+}
+
+absl::Status ParsePrompts(Fields& f, std::vector<Prompt>* out) {
+  const json* p = f.Get("prompt");
+  if (p == nullptr) return Bad("prompt", "is required");
+  auto token_prompt = [](const json& v, absl::string_view field) -> absl::StatusOr<Prompt> {
+    Prompt prompt;
+    prompt.is_text = false;
+    for (const json& x : v) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
+          x.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return Bad(field, "token ids must be integers in [0, 2^31)");
+      }
+      prompt.ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    }
+    return prompt;
+  };
+  if (p->is_string()) {
+    out->push_back({p->get<std::string>(), {}, true});
+  } else if (IsTokenList(*p)) {
+    auto one = token_prompt(*p, "prompt");
+    if (!one.ok()) return one.status();
+    out->push_back(*std::move(one));
+  } else if (p->is_array() && !p->empty()) {
+    for (size_t i = 0; i < p->size(); ++i) {
+      const json& e = (*p)[i];
+      const std::string field = absl::StrCat("prompt[", i, "]");
+      if (e.is_string()) {
+        out->push_back({e.get<std::string>(), {}, true});
+      } else if (IsTokenList(e)) {
+        auto one = token_prompt(e, field);
+        if (!one.ok()) return one.status();
+        out->push_back(*std::move(one));
+      } else {
+        return Bad(field, "must be a string or a non-empty list of token ids");
+      }
+    }
+  } else {
+    return Bad("prompt", "must be a string, a list of token ids, or a non-empty list of either");
+  }
+  for (size_t i = 0; i < out->size(); ++i) {
+    if ((*out)[i].is_text && (*out)[i].text.empty()) {
+      return Bad(out->size() == 1 ? std::string("prompt") : absl::StrCat("prompt[", i, "]"),
+                 "is empty");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessages(Fields& f, v1::ChatMessages* out) {
+  const json* m = f.Get("messages");
+  if (m == nullptr) return Bad("messages", "is required");
+  if (!m->is_array() || m->empty()) return Bad("messages", "must be a non-empty list");
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& msg = (*m)[i];
+    const std::string at = absl::StrCat("messages[", i, "]");
+    if (!msg.is_object()) return Bad(at, "must be an object");
+    Fields mf(msg, at + ".");
+    std::string role = mf.String("role").value_or("");
+    TS_RETURN_IF_ERROR(mf.status());
+    if (role == "developer") role = "system";
+    if (role == "tool" || role == "function") {
+      return Bad(at + ".role", "tool messages are not supported");
+    }
+    if (role != "system" && role != "user" && role != "assistant") {
+      return Bad(at + ".role", "must be system, developer, user or assistant");
+    }
+    if (const json* calls = mf.Get("tool_calls"); calls != nullptr && !calls->empty()) {
+      return Bad(at + ".tool_calls", "tool calls are not supported");
+    }
+    std::string content;
+    if (const json* c = mf.Get("content"); c == nullptr) {
+      return Bad(at + ".content", "is required");
+    } else if (c->is_string()) {
+      content = c->get<std::string>();
+    } else if (c->is_array()) {
+      std::vector<std::string> parts;
+      for (size_t k = 0; k < c->size(); ++k) {
+        const json& part = (*c)[k];
+        const std::string pat = absl::StrCat(at, ".content[", k, "]");
+        if (!part.is_object() || part.value("type", "") != "text") {
+          return Bad(pat, "only {\"type\": \"text\"} parts are supported");
+        }
+        auto text = part.find("text");
+        if (text == part.end() || !text->is_string()) return Bad(pat + ".text", "must be a string");
+        parts.push_back(text->get<std::string>());
+      }
+      content = absl::StrJoin(parts, "\n");
+    } else {
+      return Bad(at + ".content", "must be a string or a list of text parts");
+    }
+    v1::ChatMessage* out_msg = out->add_messages();
+    out_msg->set_role(role);
+    out_msg->set_content(std::move(content));
+  }
+  return absl::OkStatus();
+}
+
+// Sampling, stopping and selection fields shared by both endpoints.
+absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
+                         v1::GenerateRequest* base, ParsedRequest* out) {
+  v1::SamplingOptions* s = base->mutable_sampling();
+  s->set_temperature(static_cast<float>(f.Number("temperature").value_or(1.0)));
+  if (auto v = f.Number("top_p")) s->set_top_p(static_cast<float>(*v));
+  if (auto v = f.Integer("top_k", -1, std::numeric_limits<int32_t>::max())) {
+    s->set_top_k(*v < 0 ? 0 : static_cast<int32_t>(*v));
+  }
+  if (auto v = f.Number("min_p")) s->set_min_p(static_cast<float>(*v));
+  if (auto v = f.Number("repetition_penalty")) s->set_repetition_penalty(static_cast<float>(*v));
+  if (auto v = f.Number("presence_penalty")) s->set_presence_penalty(static_cast<float>(*v));
+  if (auto v = f.Number("frequency_penalty")) s->set_frequency_penalty(static_cast<float>(*v));
+  if (const json* seed = f.Get("seed")) {
+    if (!seed->is_number_integer()) return Bad("seed", "must be an integer");
+    s->set_seed(seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                           : static_cast<uint64_t>(seed->get<int64_t>()));
+  }
+  const int32_t int_max = std::numeric_limits<int32_t>::max();
+  std::optional<int64_t> max_tokens = f.Integer("max_tokens", 1, int_max);
+  if (endpoint == Endpoint::kChat) {
+    if (auto v = f.Integer("max_completion_tokens", 1, int_max)) max_tokens = v;
+  }
+  // Chat generates until the end of the context by default, as vLLM does; the engine stops
+  // there (finish_reason "length").
+  s->set_max_tokens(static_cast<int32_t>(max_tokens.value_or(
+      endpoint == Endpoint::kChat ? model.max_context : kCompletionsDefaultMaxTokens)));
+  if (const json* stop = f.Get("stop")) {
+    if (stop->is_string()) {
+      s->add_stop(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const json& x : *stop) {
+        if (!x.is_string()) return Bad("stop", "must be a string or a list of strings");
+        s->add_stop(x.get<std::string>());
+      }
+    } else {
+      return Bad("stop", "must be a string or a list of strings");
+    }
+  }
+  if (const json* ids = f.Get("stop_token_ids")) {
+    if (!ids->is_array()) return Bad("stop_token_ids", "must be a list of token ids");
+    for (const json& x : *ids) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > int_max) {
+        return Bad("stop_token_ids", "must be a list of token ids");
+      }
+      s->add_stop_token_ids(static_cast<int32_t>(x.get<int64_t>()));
+    }
+  }
+  if (auto v = f.Bool("ignore_eos")) s->set_ignore_eos(*v);
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto v = f.Integer("logprobs", 0, 20)) {
+      s->set_logprobs(static_cast<int32_t>(*v));
+      out->logprobs = true;
+    }
+  } else {
+    out->logprobs = f.Bool("logprobs").value_or(false);
+    const std::optional<int64_t> top = f.Integer("top_logprobs", 0, 20);
+    if (top.has_value() && !out->logprobs) return Bad("top_logprobs", "needs \"logprobs\": true");
+    if (out->logprobs) s->set_logprobs(static_cast<int32_t>(top.value_or(0)));
+  }
+  if (const json* sel = f.Get("selection")) {
+    if (!sel->is_object()) return Bad("selection", "must be an object");
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = false;
+    auto st = google::protobuf::util::JsonStringToMessage(sel->dump(), base->mutable_selection(),
+                                                          options);
+    if (!st.ok()) return Bad("selection", std::string(st.message()));
+  }
+  const auto min_tokens = f.Integer("min_tokens", 0, int_max);
+  f.RejectUnless("min_tokens", min_tokens.value_or(0) == 0, "only 0 is supported");
+  const json* bias = f.Get("logit_bias");
+  f.RejectUnless("logit_bias", bias == nullptr || bias->empty(), "is not supported");
+  return f.status();
+}
+
+std::string FinishReasonName(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_EOS:
+    case v1::FINISH_REASON_STOP_TOKEN:
+    case v1::FINISH_REASON_STOP_STRING:
+      return "stop";
+    case v1::FINISH_REASON_ABORT:
+    case v1::FINISH_REASON_DEADLINE:
+      return "abort";
+    default:
+      return "error";
+  }
+}
+
+json Bytes(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+std::string Event(const json& object) {
+  return absl::StrCat("data: ", object.dump(-1, ' ', false, json::error_handler_t::replace),
+                      "\n\n");
+}
+
+// TinyServe's own figures of a finished choice: which worker, the exact finish, timing and
+// page selection (numbers stay numbers, unlike proto3 JSON's int64 strings).
+json TinyServeStats(const v1::Complete& c) {
+  const v1::Timing& t = c.timing();
+  const v1::SelectionStats& s = c.selection();
+  return {{"worker", c.worker()},
+          {"finish_reason", v1::FinishReason_Name(c.finish_reason())},
+          {"preemptions", c.usage().preemptions()},
+          {"timing",
+           {{"queue_seconds", t.queue_seconds()},
+            {"ttft_seconds", t.ttft_seconds()},
+            {"prefill_seconds", t.prefill_seconds()},
+            {"decode_seconds", t.decode_seconds()},
+            {"e2e_seconds", t.e2e_seconds()}}},
+          {"selection",
+           {{"policy", s.policy()},
+            {"steps", s.steps()},
+            {"pages_scored", s.pages_scored()},
+            {"pages_selected", s.pages_selected()},
+            {"kv_bytes_read", s.kv_bytes_read()},
+            {"kv_bytes_dense", s.kv_bytes_dense()},
+            {"page_hit_rate", s.page_hit_rate()},
+            {"mass_recall", s.mass_recall()},
+            {"reuse", s.reuse()}}}};
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
+                                           const ServedModel& model,
+                                           const std::string& request_id) {
+  const json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");
+  if (!root.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  Fields f(root, "");
+  ParsedRequest out;
+  out.endpoint = endpoint;
+  out.model = f.String("model").value_or(model.name);
+  out.n = static_cast<int>(f.Integer("n", 1, kMaxChoices).value_or(1));
+  const auto best_of = f.Integer("best_of", 1, kMaxChoices);
+  f.RejectUnless("best_of", best_of.value_or(out.n) == out.n, "only best_of == n is supported");
+  out.stream = f.Bool("stream").value_or(false);
+  if (const json* so = f.Get("stream_options")) {
+    if (!out.stream) return Bad("stream_options", "is only allowed with \"stream\": true");
+    if (!so->is_object()) return Bad("stream_options", "must be an object");
+    Fields sf(*so, "stream_options.");
+    out.include_usage = sf.Bool("include_usage").value_or(false);
+    TS_RETURN_IF_ERROR(sf.status());
+  }
+  TS_RETURN_IF_ERROR(f.status());
+
+  v1::GenerateRequest base;
+  TS_RETURN_IF_ERROR(ParseCommon(endpoint, f, model, &base, &out));
+  std::vector<v1::GenerateRequest> prompts;
+  std::vector<std::string> echo;
+  if (endpoint == Endpoint::kCompletions) {
+    std::vector<Prompt> parsed;
+    TS_RETURN_IF_ERROR(ParsePrompts(f, &parsed));
+    const bool want_echo = f.Bool("echo").value_or(false);
+    const std::optional<std::string> suffix = f.String("suffix");
+    f.RejectUnless("suffix", suffix.value_or("").empty(), "is not supported");
+    TS_RETURN_IF_ERROR(f.status());
+    if (want_echo && out.logprobs) return Bad("echo", "is not supported with logprobs");
+    for (const Prompt& p : parsed) {
+      if (want_echo && !p.is_text) return Bad("echo", "needs a text prompt");
+      v1::GenerateRequest r = base;
+      if (p.is_text) {
+        r.set_text(p.text);
+      } else {
+        r.mutable_token_ids()->mutable_ids()->Assign(p.ids.begin(), p.ids.end());
+      }
+      prompts.push_back(std::move(r));
+      echo.push_back(want_echo ? p.text : std::string());
+    }
+  } else {
+    v1::GenerateRequest r = base;
+    TS_RETURN_IF_ERROR(ParseMessages(f, r.mutable_chat()));
+    const json* tools = f.Get("tools");
+    f.RejectUnless("tools", tools == nullptr || tools->empty(), "tool calling is not supported");
+    const json* choice = f.Get("tool_choice");
+    f.RejectUnless("tool_choice", choice == nullptr || *choice == "none",
+                   "tool calling is not supported");
+    const json* format = f.Get("response_format");
+    f.RejectUnless(
+        "response_format",
+        format == nullptr || (format->is_object() && format->value("type", "") == "text"),
+        "only {\"type\": \"text\"} is supported");
+    f.RejectUnless("continue_final_message", !f.Bool("continue_final_message").value_or(false),
+                   "is not supported");
+    TS_RETURN_IF_ERROR(f.status());
+    prompts.push_back(std::move(r));
+    echo.emplace_back();
+  }
+  if (prompts.size() * out.n > kMaxChoices) {
+    return Bad(
+        "n", absl::StrCat("prompts x n is ", prompts.size() * out.n, ", more than ", kMaxChoices));
+  }
+  const std::string id_base = f.String("request_id").value_or(request_id);
+  TS_RETURN_IF_ERROR(f.status());
+  const bool many = prompts.size() * out.n > 1;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int j = 0; j < out.n; ++j) {
+      v1::GenerateRequest r = prompts[p];
+      const size_t i = p * out.n + j;
+      r.set_request_id(many ? absl::StrCat(id_base, "-", i) : id_base);
+      // n samples of one seeded request: seed, seed + 1, ... (different but reproducible).
+      if (j > 0 && r.sampling().has_seed()) {
+        r.mutable_sampling()->set_seed(r.sampling().seed() + j);
+      }
+      out.calls.push_back(std::move(r));
+      out.echo.push_back(echo[p]);
+    }
+  }
+  return out;
+}
+
+int HttpStatusOf(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return 200;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return 400;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return 401;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return 403;
+    case grpc::StatusCode::NOT_FOUND:
+      return 404;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return 429;
+    case grpc::StatusCode::CANCELLED:
+      return 499;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return 501;
+    case grpc::StatusCode::UNAVAILABLE:
+      return 503;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+namespace {
+
+// The field a worker's INVALID_ARGUMENT message names: TinyServe's messages start with it
+// ("temperature must be ...", "token_ids.ids[3] = ...", "stop: ...").
+std::string LeadingField(const std::string& message) {
+  size_t n = 0;
+  while (n < message.size() &&
+         (std::isalnum(static_cast<unsigned char>(message[n])) || message[n] == '_' ||
+          message[n] == '.' || message[n] == '[' || message[n] == ']')) {
+    ++n;
+  }
+  const bool ends_word = n < message.size() && (message[n] == ' ' || message[n] == ':');
+  return n > 0 && ends_word && std::islower(static_cast<unsigned char>(message[0]))
+             ? message.substr(0, n)
+             : std::string();
+}
+
+}  // namespace
+
+json ErrorBody(const grpc::Status& status, std::optional<std::string> param_in) {
+  const int http = HttpStatusOf(status.error_code());
+  const std::string param = param_in.has_value() ? *param_in
+                            : http == 400        ? LeadingField(status.error_message())
+                                                 : std::string();
+  const char* type = http == 400   ? "invalid_request_error"
+                     : http == 404 ? "not_found_error"
+                     : http == 429 ? "rate_limit_error"
+                     : http == 503 ? "service_unavailable_error"
+                     : http == 504 ? "timeout_error"
+                                   : "server_error";
+  return {{"error",
+           {{"message", status.error_message()},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", StatusCodeName(status.error_code())}}}};
+}
+
+json ErrorBody(const absl::Status& status) {
+  std::string param;  // our own errors name their field here, or no field
+  if (auto p = status.GetPayload(kParamPayload)) param = std::string(*p);
+  return ErrorBody(
+      grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message())),
+      param);
+}
+
+ResponseBuilder::ResponseBuilder(const ParsedRequest& request, std::string id, int64_t created)
+    : request_(request), id_(std::move(id)), created_(created), choices_(request.calls.size()) {
+  for (size_t i = 0; i < choices_.size(); ++i) choices_[i].text = request.echo[i];
+}
+
+json ResponseBuilder::ChunkObject(json choices) const {
+  json o = {{"id", id_},
+            {"object",
+             request_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", request_.model},
+            {"choices", std::move(choices)}};
+  if (request_.include_usage) o["usage"] = nullptr;
+  return o;
+}
+
+json ResponseBuilder::ChoiceDelta(int index, const std::string& text, const json& logprobs,
+                                  const std::string& finish_reason, bool first) const {
+  json c = {{"index", index}};
+  if (request_.endpoint == Endpoint::kChat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (first || !text.empty()) delta["content"] = text;
+    c["delta"] = std::move(delta);
+  } else {
+    c["text"] = text;
+  }
+  c["logprobs"] = logprobs;
+  c["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
+  return c;
+}
+
+void ResponseBuilder::AddLogprobs(Choice& choice, const v1::Chunk& chunk, json* out) {
+  if (request_.endpoint == Endpoint::kChat) {
+    json content = json::array();
+    for (const v1::TokenLogprobs& lp : chunk.logprobs()) {
+      json top = json::array();
+      for (const v1::TopLogprob& t : lp.top()) {
+        top.push_back({{"token", t.text()}, {"logprob", t.logprob()}, {"bytes", Bytes(t.text())}});
+      }
+      content.push_back({{"token", lp.text()},
+                         {"logprob", lp.logprob()},
+                         {"bytes", Bytes(lp.text())},
+                         {"top_logprobs", std::move(top)}});
+    }
+    *out = {{"content", std::move(content)}};
+    return;
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       offsets = json::array();
+  for (const v1::TokenLogprobs& lp : chunk.logprobs()) {
+    tokens.push_back(lp.text());
+    token_logprobs.push_back(lp.logprob());
+    json top = json::object();
+    for (const v1::TopLogprob& t : lp.top()) top[t.text()] = t.logprob();
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(choice.text_offset);
+    choice.text_offset += static_cast<int>(lp.text().size());
+  }
+  *out = {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(offsets)}};
+}
+
+std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& response) {
+  Choice& c = choices_[index];
+  if (response.has_chunk()) {
+    const v1::Chunk& chunk = response.chunk();
+    json lp = nullptr;
+    if (request_.logprobs) AddLogprobs(c, chunk, &lp);
+    if (!request_.stream) {
+      c.text += chunk.text();
+      if (lp.is_null()) return "";
+      if (c.logprobs.is_null()) {
+        c.logprobs = std::move(lp);
+      } else {
+        for (auto& [key, values] : lp.items()) {
+          for (json& v : values) c.logprobs[key].push_back(std::move(v));
+        }
+      }
+      return "";
+    }
+    // The echoed prompt rides on a choice's first event.
+    const std::string text = c.started ? chunk.text() : c.text + chunk.text();
+    const bool first = !c.started;
+    c.started = true;
+    return Event(ChunkObject(json::array({ChoiceDelta(index, text, lp, "", first)})));
+  }
+  if (response.has_complete()) {
+    c.complete = response.complete();
+    c.finish_reason = FinishReasonName(response.complete().finish_reason());
+    if (!request_.stream) return "";
+    const bool first = !c.started;
+    const std::string text = first ? c.text : std::string();
+    c.started = true;
+    json choice = ChoiceDelta(index, text, nullptr, c.finish_reason, first);
+    return Event(ChunkObject(json::array({std::move(choice)})));
+  }
+  // An in-band Error is followed by the call's failed status (OnFailure).
+  return "";
+}
+
+std::string ResponseBuilder::OnFailure(int /*index*/, const grpc::Status& status) {
+  return request_.stream ? Event(ErrorBody(status)) : std::string();
+}
+
+json ResponseBuilder::Usage() const {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const v1::Usage& u = choices_[i].complete.usage();
+    completion += u.completion_tokens();
+    // The n samples of one prompt count its prompt once.
+    if (i % request_.n == 0) {
+      prompt += u.prompt_tokens();
+      cached += u.cached_tokens();
+    }
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+std::string ResponseBuilder::StreamEnd() {
+  std::string out;
+  if (request_.include_usage) {
+    json last = ChunkObject(json::array());
+    last["usage"] = Usage();
+    out = Event(last);
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+std::string ResponseBuilder::Body() const {
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    json choice = {{"index", i}};
+    if (request_.endpoint == Endpoint::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = c.logprobs;
+    choice["finish_reason"] = c.finish_reason;
+    choice["tinyserve"] = TinyServeStats(c.complete);
+    choices.push_back(std::move(choice));
+  }
+  json body = {
+      {"id", id_},
+      {"object", request_.endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
+      {"created", created_},
+      {"model", request_.model},
+      {"choices", std::move(choices)},
+      {"usage", Usage()}};
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace tinyserve::openai

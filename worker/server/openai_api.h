@@ -1,0 +1,118 @@
+// File: worker/server/openai_api.h
+// The OpenAI-compatible HTTP API (POST /v1/completions and /v1/chat/completions), translated
+// to and from tinyserve.v1 messages. No I/O here: http_frontend.h owns the sockets and the
+// gRPC calls; this file turns a JSON body into the Generate calls to run and turns their
+// responses into OpenAI JSON objects or server-sent events.
+//
+// Request fields (OpenAI's, then vLLM's extras):
+//   completions: prompt (a string, token ids, or a list of either: one choice set per prompt),
+//                echo (text prompts only), suffix (rejected unless empty);
+//   chat:        messages (role system/developer/user/assistant; content a string or a list of
+//                {"type": "text"} parts), max_completion_tokens, logprobs + top_logprobs,
+//                response_format {"type": "text"} only, tools (rejected unless empty);
+//   both:        model (echoed back; any name serves the one loaded model), max_tokens
+//                (completions default 16; chat default: the rest of the context), temperature
+//                (default 1), top_p, n (1..64), stop (a string or a list), seed, stream,
+//                stream_options.include_usage, presence_penalty, frequency_penalty, user,
+//                logit_bias (rejected unless empty); extras top_k (-1 or 0 = off), min_p,
+//                repetition_penalty, stop_token_ids, ignore_eos, min_tokens (0 only),
+//                request_id, and TinyServe's "selection" object (tinyserve.v1.SelectionOptions
+//                in its JSON form: {"policy": "quest", "budget": 1024, ...}).
+// Unknown fields are ignored, as OpenAI clients send many; fields we know but do not implement
+// are rejected when set to anything but their neutral value, so nothing is silently dropped.
+//
+// Errors: INVALID_ARGUMENT whose message starts with the field ("temperature: ..."); the field
+// is also attached as the payload kParamPayload, for the error object's "param".
+//
+// Thread safety: free functions are pure; a ResponseBuilder belongs to one HTTP request.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "grpcpp/support/status.h"
+#include "nlohmann/json.hpp"
+#include "tinyserve/v1/tinyserve.pb.h"
+
+namespace tinyserve::openai {
+
+enum class Endpoint { kCompletions, kChat };
+
+// The absl::Status payload key holding the request field an INVALID_ARGUMENT error is about.
+inline constexpr char kParamPayload[] = "tinyserve.openai/param";
+
+// What the frontend knows of the served model.
+struct ServedModel {
+  std::string name;
+  int max_context = 0;
+};
+
+// One OpenAI request: Generate calls[i] produces choice i (prompt p, sample j: i = p * n + j).
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::vector<tinyserve::v1::GenerateRequest> calls;
+  std::vector<std::string> echo;  // per call: text to put before the output (empty: none)
+  int n = 1;                      // samples per prompt
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;  // report logprobs (completions: "logprobs" was set)
+  std::string model;      // the name responses carry
+};
+
+// Parses and checks a request body. request_id names the calls (request_id-i).
+absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
+                                           const ServedModel& model, const std::string& request_id);
+
+// HTTP status for a gRPC status (INVALID_ARGUMENT 400, RESOURCE_EXHAUSTED 429, ...).
+int HttpStatusOf(grpc::StatusCode code);
+// The OpenAI error object {"error": {"message", "type", "param", "code"}}. "param" is `param`;
+// unset, it is the field a 400's message starts with (TinyServe's messages name it first).
+nlohmann::json ErrorBody(const grpc::Status& status,
+                         std::optional<std::string> param = std::nullopt);
+// The same for an absl::Status, with "param" taken from its kParamPayload.
+nlohmann::json ErrorBody(const absl::Status& status);
+
+// Builds the answer from the calls' responses, in arrival order. For a streamed request,
+// OnResponse returns the server-sent events to send now ("data: {...}\n\n"); otherwise it
+// keeps what Body() needs.
+class ResponseBuilder {
+ public:
+  ResponseBuilder(const ParsedRequest& request, std::string id, int64_t created);
+
+  // A message of call `index`.
+  std::string OnResponse(int index, const tinyserve::v1::GenerateResponse& response);
+  // Call `index` ended with a non-OK status (after OnResponse calls, if any). Streamed: the
+  // error event to send. Otherwise the status is kept; Body() is not used then.
+  std::string OnFailure(int index, const grpc::Status& status);
+  // Streamed: the last events (the usage chunk when asked for, then "data: [DONE]").
+  std::string StreamEnd();
+  // Not streamed: the JSON body once every call completed.
+  std::string Body() const;
+
+ private:
+  struct Choice {
+    std::string text;
+    nlohmann::json logprobs;  // completions: {tokens, ...}; chat: {content: [...]}
+    int text_offset = 0;      // completions logprobs: bytes of text so far
+    std::string finish_reason;
+    bool started = false;  // streamed: the first event was sent
+    tinyserve::v1::Complete complete;
+  };
+  nlohmann::json ChunkObject(nlohmann::json choices) const;
+  nlohmann::json ChoiceDelta(int index, const std::string& text, const nlohmann::json& logprobs,
+                             const std::string& finish_reason, bool first) const;
+  void AddLogprobs(Choice& choice, const tinyserve::v1::Chunk& chunk, nlohmann::json* delta);
+  nlohmann::json Usage() const;
+
+  const ParsedRequest& request_;
+  std::string id_;
+  int64_t created_;
+  std::vector<Choice> choices_;
+};
+
+}  // namespace tinyserve::openai

@@ -1,0 +1,288 @@
+#include "worker/server/openai_api.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace tinyserve::openai {
+namespace {
+
+using json = nlohmann::json;
+namespace v1 = tinyserve::v1;
+
+const ServedModel kModel{"SmolLM2-135M-Instruct", 8192};
+
+ParsedRequest MustParse(Endpoint endpoint, const std::string& body) {
+  auto r = ParseRequest(endpoint, body, kModel, "req");
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *std::move(r) : ParsedRequest();
+}
+
+// The field an INVALID_ARGUMENT names (its "param").
+std::string ParamOf(Endpoint endpoint, const std::string& body) {
+  auto r = ParseRequest(endpoint, body, kModel, "req");
+  if (r.ok()) return "<ok>";
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  json e = ErrorBody(r.status());
+  return e["error"]["param"].is_null() ? "<none>" : e["error"]["param"].get<std::string>();
+}
+
+TEST(OpenAiParse, CompletionsDefaultsFollowOpenAi) {
+  ParsedRequest r = MustParse(Endpoint::kCompletions, R"({"model": "x", "prompt": "Hi"})");
+  ASSERT_EQ(r.calls.size(), 1u);
+  const v1::GenerateRequest& c = r.calls[0];
+  EXPECT_EQ(c.text(), "Hi");
+  EXPECT_EQ(c.request_id(), "req");
+  EXPECT_FLOAT_EQ(c.sampling().temperature(), 1.0f);
+  EXPECT_EQ(c.sampling().max_tokens(), 16);
+  EXPECT_FALSE(c.sampling().has_logprobs());
+  EXPECT_EQ(r.model, "x");
+  EXPECT_FALSE(r.stream);
+}
+
+TEST(OpenAiParse, SamplingStopAndSelectionFields) {
+  ParsedRequest r = MustParse(Endpoint::kCompletions, R"({
+      "prompt": [1, 2, 3], "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": -1,
+      "min_p": 0.1, "repetition_penalty": 1.2, "presence_penalty": 0.5,
+      "frequency_penalty": -0.25, "seed": 7, "stop": "END", "stop_token_ids": [2],
+      "ignore_eos": true, "logprobs": 3, "user": "someone", "logit_bias": {},
+      "selection": {"policy": "quest", "budget": 512, "dense_layers": 1, "params": {"gqa": "max"}}
+  })");
+  ASSERT_EQ(r.calls.size(), 1u);
+  const v1::GenerateRequest& c = r.calls[0];
+  EXPECT_EQ(std::vector<int>(c.token_ids().ids().begin(), c.token_ids().ids().end()),
+            (std::vector<int>{1, 2, 3}));
+  const v1::SamplingOptions& s = c.sampling();
+  EXPECT_EQ(s.max_tokens(), 5);
+  EXPECT_FLOAT_EQ(s.temperature(), 0);
+  EXPECT_FLOAT_EQ(s.top_p(), 0.5f);
+  EXPECT_EQ(s.top_k(), 0);
+  EXPECT_FLOAT_EQ(s.min_p(), 0.1f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.2f);
+  EXPECT_FLOAT_EQ(s.presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty(), -0.25f);
+  EXPECT_EQ(s.seed(), 7u);
+  ASSERT_EQ(s.stop_size(), 1);
+  EXPECT_EQ(s.stop(0), "END");
+  EXPECT_EQ(s.stop_token_ids(0), 2);
+  EXPECT_TRUE(s.ignore_eos());
+  EXPECT_EQ(s.logprobs(), 3);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(c.selection().policy(), "quest");
+  EXPECT_EQ(c.selection().budget(), 512);
+  EXPECT_EQ(c.selection().dense_layers(), 1);
+  EXPECT_EQ(c.selection().params().at("gqa"), "max");
+}
+
+TEST(OpenAiParse, PromptsTimesNBecomeSeparateSeededCalls) {
+  ParsedRequest r = MustParse(Endpoint::kCompletions,
+                              R"({"prompt": ["a", [5, 6]], "n": 2, "seed": 10, "echo": false})");
+  ASSERT_EQ(r.calls.size(), 4u);
+  EXPECT_EQ(r.calls[0].text(), "a");
+  EXPECT_EQ(r.calls[1].text(), "a");
+  EXPECT_EQ(r.calls[2].token_ids().ids_size(), 2);
+  EXPECT_EQ(r.calls[3].request_id(), "req-3");
+  EXPECT_EQ(r.calls[0].sampling().seed(), 10u);
+  EXPECT_EQ(r.calls[1].sampling().seed(), 11u);
+  EXPECT_EQ(r.calls[2].sampling().seed(), 10u);
+}
+
+TEST(OpenAiParse, ChatMessagesPartsRolesAndDefaults) {
+  ParsedRequest r = MustParse(Endpoint::kChat, R"({
+      "messages": [{"role": "developer", "content": "Be brief."},
+                   {"role": "user", "content": [{"type": "text", "text": "Hello"},
+                                                {"type": "text", "text": "there"}]},
+                   {"role": "assistant", "content": "Hi."},
+                   {"role": "user", "content": "Again", "name": "bob"}],
+      "logprobs": true, "top_logprobs": 2, "stream": true,
+      "stream_options": {"include_usage": true}, "tools": [], "tool_choice": "none",
+      "response_format": {"type": "text"}})");
+  ASSERT_EQ(r.calls.size(), 1u);
+  const v1::ChatMessages& m = r.calls[0].chat();
+  ASSERT_EQ(m.messages_size(), 4);
+  EXPECT_EQ(m.messages(0).role(), "system");
+  EXPECT_EQ(m.messages(1).content(), "Hello\nthere");
+  EXPECT_EQ(m.messages(3).content(), "Again");
+  // Chat runs to the end of the context by default; the engine stops there.
+  EXPECT_EQ(r.calls[0].sampling().max_tokens(), kModel.max_context);
+  EXPECT_EQ(r.calls[0].sampling().logprobs(), 2);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  ParsedRequest capped =
+      MustParse(Endpoint::kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 9})");
+  EXPECT_EQ(capped.calls[0].sampling().max_tokens(), 9);
+}
+
+TEST(OpenAiParse, BadInputNamesTheField) {
+  const Endpoint kC = Endpoint::kCompletions, kChat = Endpoint::kChat;
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "temperature": "hot"})"), "temperature");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "n": 0})"), "n");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "n": 65})"), "n");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": ["a", "b"], "n": 40})"), "n");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "max_tokens": 0})"), "max_tokens");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "max_tokens": 1.5})"), "max_tokens");
+  EXPECT_EQ(ParamOf(kC, R"({"temperature": 0})"), "prompt");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": ""})"), "prompt");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": []})"), "prompt");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": ["ok", {"a": 1}]})"), "prompt[1]");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": [-1]})"), "prompt");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "logprobs": 21})"), "logprobs");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "logit_bias": {"5": 10}})"), "logit_bias");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "suffix": "tail"})"), "suffix");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "best_of": 3})"), "best_of");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "min_tokens": 4})"), "min_tokens");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": [1, 2], "echo": true})"), "echo");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "stop": [1]})"), "stop");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "stream_options": {}})"), "stream_options");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "seed": "s"})"), "seed");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "selection": {"polcy": "quest"}})"), "selection");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": []})"), "messages");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "tool", "content": "x"}]})"),
+            "messages[0].role");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user"}]})"), "messages[0].content");
+  EXPECT_EQ(
+      ParamOf(kChat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
+      "messages[0].content[0]");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+                               "tools": [{"type": "function"}]})"),
+            "tools");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+                               "response_format": {"type": "json_object"}})"),
+            "response_format");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+                               "top_logprobs": 2})"),
+            "top_logprobs");
+  // Not JSON, or not an object: no field to name.
+  EXPECT_EQ(ParamOf(kC, "{nope"), "<none>");
+  EXPECT_EQ(ParamOf(kC, "[1]"), "<none>");
+  // Unknown fields are ignored, as OpenAI clients send many.
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "service_tier": "auto"})"), "<ok>");
+}
+
+TEST(OpenAiErrors, HttpStatusAndType) {
+  json e = ErrorBody(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "queue full"));
+  EXPECT_EQ(e["error"]["message"], "queue full");
+  EXPECT_EQ(e["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(e["error"]["code"], "RESOURCE_EXHAUSTED");
+  EXPECT_EQ(HttpStatusOf(grpc::StatusCode::RESOURCE_EXHAUSTED), 429);
+  EXPECT_EQ(HttpStatusOf(grpc::StatusCode::INVALID_ARGUMENT), 400);
+  EXPECT_EQ(HttpStatusOf(grpc::StatusCode::UNAVAILABLE), 503);
+  EXPECT_EQ(HttpStatusOf(grpc::StatusCode::DEADLINE_EXCEEDED), 504);
+  EXPECT_EQ(HttpStatusOf(grpc::StatusCode::INTERNAL), 500);
+}
+
+v1::GenerateResponse Chunk(const std::string& text, int token, float logprob) {
+  v1::GenerateResponse r;
+  v1::Chunk* c = r.mutable_chunk();
+  c->add_token_ids(token);
+  c->set_text(text);
+  v1::TokenLogprobs* lp = c->add_logprobs();
+  lp->set_token_id(token);
+  lp->set_logprob(logprob);
+  lp->set_text(text);
+  v1::TopLogprob* top = lp->add_top();
+  top->set_token_id(token);
+  top->set_logprob(logprob);
+  top->set_text(text);
+  return r;
+}
+
+v1::GenerateResponse Complete(v1::FinishReason reason, int prompt, int completion) {
+  v1::GenerateResponse r;
+  v1::Complete* c = r.mutable_complete();
+  c->set_finish_reason(reason);
+  c->mutable_usage()->set_prompt_tokens(prompt);
+  c->mutable_usage()->set_completion_tokens(completion);
+  c->mutable_usage()->set_cached_tokens(prompt / 2);
+  c->set_worker("w1");
+  c->mutable_selection()->set_policy("quest");
+  return r;
+}
+
+// The JSON objects of a string of server-sent events ("data: ...\n\n").
+std::vector<std::string> Events(const std::string& sse) {
+  std::vector<std::string> out;
+  std::istringstream in(sse);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+  }
+  return out;
+}
+
+TEST(OpenAiResponse, CompletionBodyGathersTextLogprobsAndUsage) {
+  ParsedRequest r = MustParse(Endpoint::kCompletions,
+                              R"({"prompt": "x", "logprobs": 1, "n": 2, "max_tokens": 2})");
+  ResponseBuilder b(r, "cmpl-1", 123);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(b.OnResponse(i, Chunk("Hel", 10, -0.5f)), "");
+    EXPECT_EQ(b.OnResponse(i, Chunk("lo", 11, -1.5f)), "");
+  }
+  b.OnResponse(0, Complete(v1::FINISH_REASON_LENGTH, 4, 2));
+  b.OnResponse(1, Complete(v1::FINISH_REASON_STOP_STRING, 4, 2));
+  json body = json::parse(b.Body());
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["id"], "cmpl-1");
+  EXPECT_EQ(body["created"], 123);
+  EXPECT_EQ(body["model"], kModel.name);
+  ASSERT_EQ(body["choices"].size(), 2u);
+  const json& c0 = body["choices"][0];
+  EXPECT_EQ(c0["text"], "Hello");
+  EXPECT_EQ(c0["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(c0["logprobs"]["tokens"], json({"Hel", "lo"}));
+  EXPECT_EQ(c0["logprobs"]["token_logprobs"], json({-0.5, -1.5}));
+  EXPECT_EQ(c0["logprobs"]["text_offset"], json({0, 3}));
+  EXPECT_EQ(c0["logprobs"]["top_logprobs"][1]["lo"], -1.5);
+  EXPECT_EQ(c0["tinyserve"]["worker"], "w1");
+  EXPECT_EQ(c0["tinyserve"]["selection"]["policy"], "quest");
+  // n samples of one prompt count its prompt once.
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(body["usage"]["total_tokens"], 8);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+}
+
+TEST(OpenAiResponse, ChatStreamEventsRoleFirstThenDeltasThenUsageAndDone) {
+  ParsedRequest r = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "stream": true, "stream_options": {"include_usage": true}, "logprobs": true})");
+  ResponseBuilder b(r, "chatcmpl-1", 5);
+  std::vector<std::string> ev = Events(b.OnResponse(0, Chunk("Hi", 3, -0.1f)));
+  ASSERT_EQ(ev.size(), 1u);
+  json first = json::parse(ev[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_TRUE(first["usage"].is_null());
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(first["choices"][0]["delta"]["content"], "Hi");
+  EXPECT_EQ(first["choices"][0]["logprobs"]["content"][0]["token"], "Hi");
+  EXPECT_EQ(first["choices"][0]["logprobs"]["content"][0]["bytes"], json({72, 105}));
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  json second = json::parse(Events(b.OnResponse(0, Chunk("!", 4, -0.2f)))[0]);
+  EXPECT_FALSE(second["choices"][0]["delta"].contains("role"));
+  EXPECT_EQ(second["choices"][0]["delta"]["content"], "!");
+  json last = json::parse(Events(b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 2)))[0]);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(last["choices"][0]["delta"], json::object());
+  std::vector<std::string> end = Events(b.StreamEnd());
+  ASSERT_EQ(end.size(), 2u);
+  json usage = json::parse(end[0]);
+  EXPECT_EQ(usage["choices"], json::array());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 9);
+  EXPECT_EQ(end[1], "[DONE]");
+}
+
+TEST(OpenAiResponse, EchoLeadsTheTextAndFailuresBecomeErrorEvents) {
+  ParsedRequest r =
+      MustParse(Endpoint::kCompletions, R"({"prompt": "Once", "echo": true, "stream": true})");
+  ResponseBuilder b(r, "cmpl-2", 5);
+  json first = json::parse(Events(b.OnResponse(0, Chunk(" upon", 1, 0)))[0]);
+  EXPECT_EQ(first["choices"][0]["text"], "Once upon");
+  json err = json::parse(
+      Events(b.OnFailure(0, grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker gone")))[0]);
+  EXPECT_EQ(err["error"]["message"], "worker gone");
+  EXPECT_EQ(err["error"]["type"], "service_unavailable_error");
+}
+
+}  // namespace
+}  // namespace tinyserve::openai
