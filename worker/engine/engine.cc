@@ -43,6 +43,8 @@ const char* FinishReasonName(FinishReason r) {
 
 namespace {
 
+const std::vector<std::string> kNoStops;
+
 // One request in the engine.
 struct Sequence {
   GenerateRequest req;
@@ -77,6 +79,7 @@ class Engine::Impl {
   EngineOptions opts;
   std::unique_ptr<WeightSource> source;
   std::unique_ptr<Tokenizer> tok;
+  std::vector<int32_t> eog_ids;  // end-of-generation ids (min_tokens holds them back)
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Communicator> comm;
   // The model: on the CPU, runner + kv; with --device cuda, cuda (which owns its device cache).
@@ -201,7 +204,7 @@ bool Engine::Impl::Admit(Sequence& s) {
   const int64_t reusable = opts.prefix_caching ? (s.prompt_len - 1) / ps : 0;
   std::vector<int32_t> hit_pages;
   std::vector<uint64_t> hit_hashes;
-  uint64_t h = 0;
+  uint64_t h = s.req.cache_salt;
   for (int64_t i = 0; i < reusable; ++i) {
     h = PagePool::BlockHash(h, &s.tokens[i * ps], ps);
     const int32_t p = pages->Lookup(h, &s.tokens[i * ps]);
@@ -281,8 +284,9 @@ std::optional<FinishReason> Engine::Impl::Emit(Sequence& s, const SampleResult& 
   } else {
     s.held += s.utf8.Push(tok->TokenBytes(r.id));
     // A stop string ends the output before it; text that could begin one is held back.
+    // Before min_tokens nothing stops it.
     size_t cut = std::string::npos;
-    for (const auto& stop : sp.stop) {
+    for (const auto& stop : s.generated >= sp.min_tokens ? sp.stop : kNoStops) {
       const size_t at = s.held.find(stop);
       if (at != std::string::npos) cut = std::min(cut, at);
     }
@@ -549,7 +553,7 @@ bool Engine::Impl::Step() {
     s.computed += batch[b].n;
     while (static_cast<int64_t>(s.hashes.size() + 1) * ps <= s.computed && opts.prefix_caching) {
       const size_t i = s.hashes.size();
-      const uint64_t prev = i == 0 ? 0 : s.hashes[i - 1];
+      const uint64_t prev = i == 0 ? s.req.cache_salt : s.hashes[i - 1];
       const uint64_t h = PagePool::BlockHash(prev, &s.tokens[i * ps], ps);
       pages->Register(s.pages[i], h, &s.tokens[i * ps]);
       s.hashes.push_back(h);
@@ -679,6 +683,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError("kv_dtype int8 is not supported with tensor parallelism");
   TS_ASSIGN_OR_RETURN(impl->source, OpenWeightSource(options.model_path));
   TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(impl->source->tokenizer_data()));
+  for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {
+    if (impl->tok->IsEog(id)) impl->eog_ids.push_back(id);
+  }
   impl->pool = std::make_unique<ThreadPool>(options.threads);
   const ModelConfig& mc = impl->source->config();
   impl->max_context = options.max_context > 0 ? std::min(options.max_context, mc.max_context)
@@ -780,7 +787,7 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   s->internal = request.request_id.rfind("__probe", 0) == 0;
   SamplingParams sp = request.sampling;
   if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;
-  s->sampler = std::make_unique<Sampler>(sp);
+  s->sampler = std::make_unique<Sampler>(sp, sp.ignore_eos ? std::vector<int32_t>() : m.eog_ids);
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
   const PolicyContext ctx = MakePolicyContext(
       m.model(), m.runner ? m.runner->local_kv_heads() : m.model().n_kv_heads, m.opts.page_size,

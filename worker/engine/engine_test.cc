@@ -119,6 +119,61 @@ TEST(Engine, PrefixCacheHitsAndGivesTheSameTokens) {
   EXPECT_EQ(e->Stats().kv_pages_used, 0);  // everything returned (cached pages are reclaimable)
 }
 
+TEST(Engine, CacheSaltIsolatesPrefixPages) {
+  auto e = MakeEngine();
+  const std::string prompt = engine_testing::kSharedPrefix + " She";
+  auto run = [&](uint64_t salt) {
+    auto sink = std::make_shared<CollectSink>();
+    GenerateRequest r = Greedy(*e, prompt, 8);
+    r.cache_salt = salt;
+    EXPECT_TRUE(e->Submit(std::move(r), sink).ok());
+    e->RunUntilIdle();
+    return sink;
+  };
+  const auto a = run(11);
+  EXPECT_EQ(a->usage.cached_tokens, 0);
+  const auto b = run(22);  // another tenant: nothing shared
+  EXPECT_EQ(b->usage.cached_tokens, 0);
+  const auto unsalted = run(0);
+  EXPECT_EQ(unsalted->usage.cached_tokens, 0);
+  const auto a2 = run(11);  // the same tenant again: its pages are reused
+  EXPECT_GT(a2->usage.cached_tokens, 16);
+  EXPECT_EQ(a2->ids, a->ids);
+  EXPECT_EQ(b->ids, a->ids);
+}
+
+TEST(Engine, MinTokensHoldsBackStopIdsAndStrings) {
+  auto e = MakeEngine();
+  const std::string prompt = engine_testing::kPrompts[0];
+  auto plain = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(Greedy(*e, prompt, 6, true), plain).ok());
+  e->RunUntilIdle();
+  ASSERT_EQ(plain->ids.size(), 6u);
+  // Stopping at the first greedy token ends at once without min_tokens...
+  GenerateRequest r = Greedy(*e, prompt, 6, true);
+  r.sampling.stop_token_ids = {plain->ids[0]};
+  auto stopped = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(r, stopped).ok());
+  e->RunUntilIdle();
+  EXPECT_EQ(stopped->ids.size(), 1u);
+  EXPECT_EQ(stopped->reason, FinishReason::kStopToken);
+  // ...and cannot draw it before min_tokens; a stop string matches only from there on.
+  r.sampling.min_tokens = 3;
+  auto held = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(r, held).ok());
+  e->RunUntilIdle();
+  ASSERT_GE(held->ids.size(), 3u);
+  EXPECT_NE(held->ids[0], plain->ids[0]);
+  GenerateRequest s = Greedy(*e, prompt, 6, true);
+  s.sampling.stop = {plain->text.substr(0, 1)};
+  s.sampling.min_tokens = 6;
+  auto no_stop = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(s, no_stop).ok());
+  e->RunUntilIdle();
+  // (Without min_tokens it would end at the first token; the sixth may match, as in vLLM.)
+  EXPECT_EQ(no_stop->ids, plain->ids);
+}
+
 TEST(Engine, PreemptionUnderPagePressureKeepsOutputs) {
   EngineOptions o = Options();
   o.kv_pages = 12;  // 192 tokens for 4 sequences of ~110 tokens: someone must be preempted

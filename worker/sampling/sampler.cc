@@ -14,11 +14,26 @@ int32_t Argmax(const float* x, int n) {
   return best;
 }
 
-Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed) {}
+Sampler::Sampler(const SamplingParams& params, std::vector<int32_t> end_ids)
+    : p_(params), rng_(params.seed) {
+  if (p_.min_tokens > 0) {
+    held_back_ = std::move(end_ids);
+    held_back_.insert(held_back_.end(), p_.stop_token_ids.begin(), p_.stop_token_ids.end());
+  }
+}
 
 SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t>& history,
                              size_t output_start) {
   SampleResult r;
+  for (const auto& [id, bias] : p_.logit_bias) {
+    if (id >= 0 && id < vocab) logits[id] += bias;
+  }
+  const size_t generated = history.size() > output_start ? history.size() - output_start : 0;
+  if (generated < static_cast<size_t>(p_.min_tokens)) {
+    for (int32_t id : held_back_) {
+      if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
   if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) &&
       output_start < history.size()) {
     // OpenAI's definition: logit -= presence * [count > 0] + frequency * count, over the

@@ -24,7 +24,8 @@ struct SampleResult {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
+  // end_ids: the end-of-generation ids, which min_tokens holds back with stop_token_ids.
+  explicit Sampler(const SamplingParams& params, std::vector<int32_t> end_ids = {});
   // logits [vocab] is modified (penalties, scaling). history: prompt + generated ids so far;
   // the generated ones start at history[output_start] (presence and frequency penalties).
   SampleResult Sample(float* logits, int vocab, const std::vector<int32_t>& history,
@@ -32,6 +33,7 @@ class Sampler {
 
  private:
   SamplingParams p_;
+  std::vector<int32_t> held_back_;  // ids that cannot be drawn before min_tokens
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
   std::vector<int32_t> counts_;  // per token: times generated (penalties; zeroed after use)

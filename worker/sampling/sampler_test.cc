@@ -113,6 +113,28 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesCountOnlyTheOutput) {
   EXPECT_EQ(promote.Sample(l2.data(), 4, history, 3).id, 0);
 }
 
+TEST(Sampler, MinTokensHoldsBackEndIdsThenReleasesThem) {
+  SamplingParams p;
+  p.min_tokens = 2;
+  p.stop_token_ids = {1};
+  Sampler s(p, /*end_ids=*/{0});
+  // Ids 0 (end) and 1 (stop) lead; with one token generated both are held back.
+  std::vector<float> l = {5.0f, 4.0f, 3.0f};
+  EXPECT_EQ(s.Sample(l.data(), 3, {7, 2}, /*output_start=*/1).id, 2);
+  l = {5.0f, 4.0f, 3.0f};
+  EXPECT_EQ(s.Sample(l.data(), 3, {7, 2, 2}, 1).id, 0);  // two generated: released
+}
+
+TEST(Sampler, LogitBiasShiftsAndBans) {
+  SamplingParams p;
+  p.logit_bias = {{0, -100.0f}, {2, 1.5f}};
+  Sampler s(p);
+  std::vector<float> l = {5.0f, 4.0f, 3.0f};
+  EXPECT_EQ(s.Sample(l.data(), 3, {}).id, 2);
+  EXPECT_FLOAT_EQ(l[0], -95.0f);
+  EXPECT_FLOAT_EQ(l[2], 4.5f);
+}
+
 TEST(Sampler, LogprobsOfChosenAndTop) {
   std::vector<float> l = {1.0f, 2.0f, 3.0f};
   SamplingParams p;
@@ -155,6 +177,15 @@ TEST(SamplingParams, ValidationNamesTheField) {
   p = {};
   p.frequency_penalty = -3.0f;
   cases.push_back({"frequency_penalty", p});
+  p = {};
+  p.min_tokens = 500;
+  cases.push_back({"min_tokens", p});
+  p = {};
+  p.logit_bias = {{999, 1.0f}};
+  cases.push_back({"logit_bias", p});
+  p = {};
+  p.logit_bias = {{1, 200.0f}};
+  cases.push_back({"logit_bias", p});
   p = {};
   p.max_tokens = 0;
   cases.push_back({"max_tokens", p});

@@ -26,6 +26,16 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, int
   if (max_context > 0 && p.max_tokens > max_context)
     return bad(absl::StrCat("max_tokens ", p.max_tokens, " exceeds the context length ",
                             max_context));
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
+    return bad(absl::StrCat("min_tokens must be in [0, max_tokens = ", p.max_tokens, "], got ",
+                            p.min_tokens));
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab_size)
+      return bad(absl::StrCat("logit_bias: id ", id, " is out of range [0, ", vocab_size, ")"));
+    if (!std::isfinite(bias) || bias < -100 || bias > 100)
+      return bad(
+          absl::StrCat("logit_bias: the bias of ", id, " must be in [-100, 100], got ", bias));
+  }
   if (p.logprobs < -1 || p.logprobs > 20)
     return bad(absl::StrCat("logprobs must be in [-1, 20], got ", p.logprobs));
   if (p.stop.size() > 16) return bad(absl::StrCat("stop: at most 16 strings, got ", p.stop.size()));

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +22,8 @@ struct SamplingParams {
   uint64_t seed = 0;               // same seed, same output
   bool has_seed = false;           // false: seeded from the request id / a counter
   int max_tokens = 128;
+  int min_tokens = 0;  // no end-of-generation, stop id or stop string before this
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
   std::vector<std::string> stop;   // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;

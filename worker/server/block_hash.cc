@@ -27,9 +27,10 @@ uint64_t HashBlock(uint64_t parent, uint64_t kind, std::string_view bytes) {
 constexpr uint64_t kTextKind = 0x7465787400000000ull;   // "text"
 constexpr uint64_t kTokenKind = 0x746F6B6E00000000ull;  // "tokn"
 
-std::vector<uint64_t> HashText(std::string_view text) {
+constexpr uint64_t kSaltKind = 0x73616C7400000000ull;  // "salt"
+
+std::vector<uint64_t> HashText(std::string_view text, uint64_t parent) {
   std::vector<uint64_t> out;
-  uint64_t parent = 0;
   for (size_t off = 0; off + kTextBlockBytes <= text.size(); off += kTextBlockBytes) {
     parent = HashBlock(parent, kTextKind, text.substr(off, kTextBlockBytes));
     out.push_back(parent);
@@ -39,10 +40,15 @@ std::vector<uint64_t> HashText(std::string_view text) {
 
 }  // namespace
 
+uint64_t CacheSaltSeed(std::string_view salt) {
+  return salt.empty() ? 0 : HashBlock(0, kSaltKind, salt);
+}
+
 std::vector<uint64_t> PromptBlockHashes(const tinyserve::v1::GenerateRequest& request) {
+  const uint64_t seed = CacheSaltSeed(request.cache_salt());
   switch (request.prompt_case()) {
     case tinyserve::v1::GenerateRequest::kText:
-      return HashText(request.text());
+      return HashText(request.text(), seed);
     case tinyserve::v1::GenerateRequest::kChat: {
       std::string text;
       for (const auto& m : request.chat().messages()) {
@@ -51,12 +57,12 @@ std::vector<uint64_t> PromptBlockHashes(const tinyserve::v1::GenerateRequest& re
         text += m.content();
         text += '\x1e';
       }
-      return HashText(text);
+      return HashText(text, seed);
     }
     case tinyserve::v1::GenerateRequest::kTokenIds: {
       std::vector<uint64_t> out;
       const auto& ids = request.token_ids().ids();
-      uint64_t parent = 0;
+      uint64_t parent = seed;
       for (int off = 0; off + kTokenBlockSize <= ids.size(); off += kTokenBlockSize) {
         std::string_view bytes(reinterpret_cast<const char*>(ids.data() + off),
                                kTokenBlockSize * sizeof(int32_t));

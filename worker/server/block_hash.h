@@ -8,9 +8,11 @@
 // conversation, not only its first turn). Block i's hash covers blocks 0..i (it is seeded with
 // block i-1's hash), so two prompts share their first k hashes exactly when they share their
 // first k blocks. Only full blocks are hashed. The hash is deterministic across processes.
+// A request's cache_salt seeds the chain, so salted prompts match only the same salt.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "tinyserve/v1/tinyserve.pb.h"
@@ -19,6 +21,10 @@ namespace tinyserve {
 
 inline constexpr int kTextBlockBytes = 64;  // about one 16-token KV page of English text
 inline constexpr int kTokenBlockSize = 16;  // one default KV page
+
+// The seed of a prompt's hash chains for a cache_salt: 0 for none (the engine's page hashes
+// start from it too, worker/engine/engine.h GenerateRequest::cache_salt).
+uint64_t CacheSaltSeed(std::string_view salt);
 
 // The chained block hashes of the request's prompt (empty when shorter than one block).
 std::vector<uint64_t> PromptBlockHashes(const tinyserve::v1::GenerateRequest& request);

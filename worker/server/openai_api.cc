@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
@@ -262,10 +263,20 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
                                                           options);
     if (!st.ok()) return Bad("selection", std::string(st.message()));
   }
-  const auto min_tokens = f.Integer("min_tokens", 0, int_max);
-  f.RejectUnless("min_tokens", min_tokens.value_or(0) == 0, "only 0 is supported");
-  const json* bias = f.Get("logit_bias");
-  f.RejectUnless("logit_bias", bias == nullptr || bias->empty(), "is not supported");
+  if (auto v = f.Integer("min_tokens", 0, int_max)) s->set_min_tokens(static_cast<int32_t>(*v));
+  if (const json* bias = f.Get("logit_bias")) {
+    // {"token id": bias}: OpenAI's keys are strings.
+    if (!bias->is_object()) return Bad("logit_bias", "must be an object of token id: bias");
+    for (const auto& [key, value] : bias->items()) {
+      int32_t id = -1;
+      if (!absl::SimpleAtoi(key, &id) || id < 0) {
+        return Bad("logit_bias", absl::StrCat("\"", key, "\" is not a token id"));
+      }
+      if (!value.is_number()) return Bad("logit_bias", "biases must be numbers");
+      (*s->mutable_logit_bias())[id] = value.get<float>();
+    }
+  }
+  if (auto v = f.String("cache_salt")) base->set_cache_salt(*v);
   return f.status();
 }
 

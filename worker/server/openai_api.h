@@ -14,9 +14,9 @@
 //                (completions default 16; chat default: the rest of the context), temperature
 //                (default 1), top_p, n (1..64), stop (a string or a list), seed, stream,
 //                stream_options.include_usage, presence_penalty, frequency_penalty, user,
-//                logit_bias (rejected unless empty); extras top_k (-1 or 0 = off), min_p,
-//                repetition_penalty, stop_token_ids, ignore_eos, min_tokens (0 only),
-//                request_id, and TinyServe's "selection" object (tinyserve.v1.SelectionOptions
+//                logit_bias; extras top_k (-1 or 0 = off), min_p, repetition_penalty,
+//                stop_token_ids, ignore_eos, min_tokens, cache_salt, request_id, and
+//                TinyServe's "selection" object (tinyserve.v1.SelectionOptions
 //                in its JSON form: {"policy": "quest", "budget": 1024, ...}).
 // Unknown fields are ignored, as OpenAI clients send many; fields we know but do not implement
 // are rejected when set to anything but their neutral value, so nothing is silently dropped.

@@ -45,7 +45,8 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
       "prompt": [1, 2, 3], "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": -1,
       "min_p": 0.1, "repetition_penalty": 1.2, "presence_penalty": 0.5,
       "frequency_penalty": -0.25, "seed": 7, "stop": "END", "stop_token_ids": [2],
-      "ignore_eos": true, "logprobs": 3, "user": "someone", "logit_bias": {},
+      "ignore_eos": true, "logprobs": 3, "user": "someone", "logit_bias": {"5": -100, "7": 2.5},
+      "min_tokens": 2, "cache_salt": "tenant-a",
       "selection": {"policy": "quest", "budget": 512, "dense_layers": 1, "params": {"gqa": "max"}}
   })");
   ASSERT_EQ(r.calls.size(), 1u);
@@ -67,6 +68,10 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
   EXPECT_EQ(s.stop_token_ids(0), 2);
   EXPECT_TRUE(s.ignore_eos());
   EXPECT_EQ(s.logprobs(), 3);
+  EXPECT_EQ(s.min_tokens(), 2);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(5), -100.0f);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(7), 2.5f);
+  EXPECT_EQ(c.cache_salt(), "tenant-a");
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(c.selection().policy(), "quest");
   EXPECT_EQ(c.selection().budget(), 512);
@@ -128,10 +133,11 @@ TEST(OpenAiParse, BadInputNamesTheField) {
   EXPECT_EQ(ParamOf(kC, R"({"prompt": ["ok", {"a": 1}]})"), "prompt[1]");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": [-1]})"), "prompt");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "logprobs": 21})"), "logprobs");
-  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "logit_bias": {"5": 10}})"), "logit_bias");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "logit_bias": {"five": 10}})"), "logit_bias");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "logit_bias": {"5": "up"}})"), "logit_bias");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "suffix": "tail"})"), "suffix");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "best_of": 3})"), "best_of");
-  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "min_tokens": 4})"), "min_tokens");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "min_tokens": -4})"), "min_tokens");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": [1, 2], "echo": true})"), "echo");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "stop": [1]})"), "stop");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "stream_options": {}})"), "stream_options");

@@ -1,6 +1,9 @@
 #include "worker/server/proto_convert.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "worker/server/block_hash.h"
 
 namespace tinyserve {
 namespace {
@@ -30,6 +33,9 @@ SamplingParams ToSampling(const v1::SamplingOptions& s) {
   p.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
   p.presence_penalty = s.presence_penalty();
   p.frequency_penalty = s.frequency_penalty();
+  p.min_tokens = s.min_tokens();
+  for (const auto& [id, bias] : s.logit_bias()) p.logit_bias.push_back({id, bias});
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());  // map order is unspecified
   p.has_seed = s.has_seed();
   p.seed = s.seed();
   p.max_tokens = s.max_tokens() == 0 ? kDefaultMaxTokens : s.max_tokens();
@@ -85,6 +91,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
   }
 
   out.sampling = ToSampling(request.sampling());
+  out.cache_salt = CacheSaltSeed(request.cache_salt());
   if (auto s = CheckIds(request.sampling().stop_token_ids(), vocab, "sampling.stop_token_ids");
       !s.ok()) {
     return s;

@@ -62,6 +62,16 @@ TEST(BlockHash, SharedPrefixSharesLeadingHashes) {
   v1::GenerateRequest ids;
   for (int i = 0; i < 40; ++i) ids.mutable_token_ids()->add_ids(i);
   EXPECT_EQ(PromptBlockHashes(ids).size(), 2u);
+  // A cache_salt seeds the chain: the same salt matches, another salt or none does not.
+  v1::GenerateRequest salted = a, other = a, same = a;
+  salted.set_cache_salt("tenant-1");
+  same.set_cache_salt("tenant-1");
+  other.set_cache_salt("tenant-2");
+  EXPECT_EQ(PromptBlockHashes(salted), PromptBlockHashes(same));
+  EXPECT_NE(PromptBlockHashes(salted)[0], ha[0]);
+  EXPECT_NE(PromptBlockHashes(salted)[0], PromptBlockHashes(other)[0]);
+  EXPECT_EQ(CacheSaltSeed(""), 0u);
+  EXPECT_NE(CacheSaltSeed("tenant-1"), 0u);
 }
 
 TEST(PrefixLru, MatchesLeadingChainAndEvictsChildrenFirst) {
