@@ -196,6 +196,9 @@ def build():
             minmax=(0, 1), step=True, w=12)
     b.panel("Circuit breaker open", [(f"max by (worker) (tinyserve_router_circuit_open{R})", "{{worker}}")],
             minmax=(0, 1), step=True, w=12)
+    b.panel("OpenAI HTTP API requests/s by route and status",
+            [(f"sum by (route, code) (rate(tinyserve_http_requests_total{R}{RI}))", "{{route}} {{code}}")],
+            stacked=True, w=24, desc="The router's OpenAI-compatible HTTP API (docs/HTTP_API.md).")
 
     b.row("Worker $instance", repeat="instance")
     one = '{instance="$instance"}'
