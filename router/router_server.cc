@@ -66,10 +66,11 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     }
     r->exposer_->RegisterCollectable(r->metrics_->registry());
   }
-  auto http = HttpFrontend::StartFor(r->server_.get(),
-                                     {options.host, options.http_port, options.http_threads,
-                                      options.max_message_bytes, TINYSERVE_VERSION},
-                                     r->metrics_->registry().get());
+  auto http =
+      HttpFrontend::StartFor(r->server_.get(),
+                             {options.host, options.http_port, options.http_threads,
+                              options.max_message_bytes, TINYSERVE_VERSION, options.http_api_key},
+                             r->metrics_->registry().get());
   if (!http.ok()) {
     r->server_->Shutdown();
     return http.status();

@@ -27,6 +27,7 @@ struct RouterServerOptions {
   int metrics_port = 9000;  // 0 = off
   int http_port = 8000;     // OpenAI-compatible HTTP API; 0 = off
   int http_threads = 64;    // HTTP connections served at once
+  std::string http_api_key;  // non-empty: the HTTP API needs this bearer token
   RegistryOptions registry;
   RoutingOptions routing;
   int max_inflight = 256;

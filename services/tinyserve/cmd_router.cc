@@ -1,10 +1,11 @@
 // tinyserve router: spreads requests over workers.
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_split.h"
+#include "router/router_server.h"
 #include "services/tinyserve/cli_common.h"
 #include "services/tinyserve/commands.h"
-#include "router/router_server.h"
 #include "worker/server/signals.h"
 
 namespace tinyserve {
@@ -18,6 +19,7 @@ int RunRouterCommand(const std::vector<std::string>& args) {
       "grpc.health.v1, reflection, an OpenAI-compatible HTTP API and Prometheus metrics on "
       "HTTP /metrics.");
   RouterServerOptions o;
+  if (const char* key = std::getenv("TINYSERVE_API_KEY")) o.http_api_key = key;
   std::string workers, policy = "cache_aware";
   flags.String("host", &o.host, "address to listen on");
   flags.Int("port", &o.port, "gRPC port");
@@ -26,6 +28,9 @@ int RunRouterCommand(const std::vector<std::string>& args) {
             "OpenAI-compatible HTTP API port: /v1/completions, /v1/chat/completions, /v1/models "
             "(0: off)");
   flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
+  flags.String("api-key", &o.http_api_key,
+               "HTTP API bearer token required on all but /health and /version (default: "
+               "$TINYSERVE_API_KEY; empty: none)");
   flags.String("workers", &workers, "static workers: host:port,host:port,...");
   flags.String("workers-dns", &o.registry.dns,
                "DNS name:port resolved to all workers (a Kubernetes headless Service)");

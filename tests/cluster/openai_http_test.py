@@ -10,6 +10,8 @@ Cases (one CTest entry each, -k test_NAME):
                           request whose client hangs up is aborted and its KV pages freed
   sigterm_drains          SIGTERM to the router: a running HTTP stream still completes, new
                           requests get 503, and the router exits 0
+  api_key                 with --api-key, requests without the bearer token get 401 (the
+                          client's AuthenticationError); /health stays open
 """
 import signal
 import json
@@ -26,9 +28,9 @@ import cluster_lib as cl  # noqa: E402
 S = None  # generated stubs
 
 
-def client(port):
+def client(port, api_key="unused"):
     import openai
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0,
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0,
                          timeout=60)
 
 
@@ -251,6 +253,24 @@ class OpenAiHttpTest(cl.ClusterCase):
         self.assertEqual(chunks[-1].choices[0].finish_reason, "length")
         self.assertGreater(len(text), 0)
         self.assertEqual(r.wait(timeout=20), 0)
+
+    def test_api_key(self):
+        import openai
+        w = self.cluster.worker()
+        r = self.cluster.router([w], "--api-key", "s3cret")
+        with self.assertRaises(openai.AuthenticationError) as ctx:
+            client(r.http_port, "wrong").completions.create(model="m", prompt="x", max_tokens=2)
+        self.assertEqual(ctx.exception.status_code, 401)
+        status, body = post(r.http_port, "/tokenize", {"prompt": "x"})
+        self.assertEqual(status, 401)
+        self.assertEqual(body["error"]["type"], "authentication_error")
+        ok = client(r.http_port, "s3cret").completions.create(model="m", prompt="Once",
+                                                               max_tokens=3, temperature=0)
+        self.assertEqual(ok.usage.completion_tokens, 3)
+        with urllib.request.urlopen(f"http://127.0.0.1:{r.http_port}/health", timeout=5) as h:
+            self.assertEqual(h.status, 200)
+        self.assertEqual(cl.metric(r.metrics(), "tinyserve_http_requests_total",
+                                   route="completions", code="401"), 1)
 
 
 if __name__ == "__main__":

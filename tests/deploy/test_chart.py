@@ -129,6 +129,14 @@ def semantic_checks(name, docs, values):
               ctr_http[0]["containerPort"] == hp, f"{name}: router http port {hp} on pod and Service")
     else:
         check(not svc_http and not ctr_http, f"{name}: no http port when httpPort is 0")
+    secret = r.get("apiKeySecret", {}).get("name", "")
+    env = {e["name"]: e for e in rc.get("env", [])}
+    if secret:
+        ref = env.get("TINYSERVE_API_KEY", {}).get("valueFrom", {}).get("secretKeyRef", {})
+        check(ref.get("name") == secret and ref.get("key") == r["apiKeySecret"]["key"],
+              f"{name}: TINYSERVE_API_KEY from Secret {secret}")
+    else:
+        check("TINYSERVE_API_KEY" not in env, f"{name}: no API key without a Secret")
 
     # Native gRPC probes on the gRPC port with the health service names.
     for c, vals in ((wc, w), (rc, r)):

@@ -134,6 +134,14 @@ void SetDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
 }
 
+// Compares in time that depends only on the lengths (no early exit on the first difference).
+bool SameSecret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 // Parses a JSON object body; an error status names what is wrong.
 absl::StatusOr<json> ParseObject(const std::string& body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -254,6 +262,17 @@ int HttpFrontend::Route(mg_connection* conn) {
     return code;
   }
 
+  const std::string_view label = route->label;
+  if (!options_.api_key.empty() && label != "health" && label != "version") {
+    const char* auth = mg_get_header(conn, "Authorization");
+    if (auth == nullptr || !SameSecret(auth, "Bearer " + options_.api_key)) {
+      const int code = SendError(conn, 401, "a valid API key is required (Authorization: Bearer)",
+                                 "authentication_error");
+      Count(route->label, code);
+      return code;
+    }
+  }
+
   std::string body;
   if (method == "POST") {
     if (ri->content_length > options_.max_body_bytes) {
@@ -278,7 +297,6 @@ int HttpFrontend::Route(mg_connection* conn) {
   }
 
   int code;
-  const std::string_view label = route->label;
   if (label == "completions") {
     code = Completions(conn, openai::Endpoint::kCompletions, body);
   } else if (label == "chat_completions") {

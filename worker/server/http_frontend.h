@@ -11,7 +11,8 @@
 //   POST /detokenize {"tokens"} -> {"prompt"}
 //   GET  /health                                 200 when ready, else 503
 //   GET  /version                                {"version"}
-// Errors are OpenAI error objects with the HTTP status of the gRPC code (openai_api.h).
+// Errors are OpenAI error objects with the HTTP status of the gRPC code (openai_api.h). With
+// an API key set, every route but /health and /version needs it as a bearer token (401).
 // A streamed request whose client goes away is cancelled at its next event (the worker frees
 // its KV pages); an unstreamed one runs to its end (max_tokens bounds it).
 //
@@ -46,6 +47,8 @@ struct HttpFrontendOptions {
   int threads = 64;              // connections served at once
   int max_body_bytes = 4 << 20;  // larger bodies: 413
   std::string version = "dev";
+  std::string api_key;  // non-empty: every route but /health and /version needs
+                        // "Authorization: Bearer <api_key>" (else 401)
 };
 
 class HttpFrontend {

@@ -84,10 +84,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     }
     w->exposer_->RegisterCollectable(w->metrics_->collectable());
   }
-  auto http = HttpFrontend::StartFor(w->server_.get(),
-                                     {options.host, options.http_port, options.http_threads,
-                                      options.max_message_bytes, TINYSERVE_VERSION},
-                                     w->metrics_->registry());
+  auto http =
+      HttpFrontend::StartFor(w->server_.get(),
+                             {options.host, options.http_port, options.http_threads,
+                              options.max_message_bytes, TINYSERVE_VERSION, options.http_api_key},
+                             w->metrics_->registry());
   if (!http.ok()) {
     w->server_->Shutdown();
     w->engine_->Stop();

@@ -42,6 +42,7 @@ struct WorkerServerOptions {
   int max_message_bytes = 4 << 20;        // larger requests: RESOURCE_EXHAUSTED (by gRPC)
   int http_port = 0;                      // OpenAI-compatible HTTP API; 0 = off
   int http_threads = 64;                  // HTTP connections served at once
+  std::string http_api_key;               // non-empty: the HTTP API needs this bearer token
   bool probe_at_start = true;             // run Engine::HealthProbe before turning ready
 };
 
