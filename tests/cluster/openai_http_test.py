@@ -12,10 +12,12 @@ Cases (one CTest entry each, -k test_NAME):
                           requests get 503, and the router exits 0
   api_key                 with --api-key, requests without the bearer token get 401 (the
                           client's AuthenticationError); /health stays open
+  json_mode               SmolLM2-135M-Instruct (the default model) with response_format
+                          json_object: greedy and sampled outputs parse as JSON objects
 """
-import signal
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -271,6 +273,38 @@ class OpenAiHttpTest(cl.ClusterCase):
             self.assertEqual(h.status, 200)
         self.assertEqual(cl.metric(r.metrics(), "tinyserve_http_requests_total",
                                    route="completions", code="401"), 1)
+
+    def test_json_mode(self):
+        model = os.path.join(os.environ.get("TINYSERVE_CACHE") or
+                             os.path.expanduser("~/.cache/tinyserve"),
+                             "SmolLM2-135M-Instruct.Q4_1.gguf")
+        self.assertTrue(os.path.exists(model), f"{model} missing (scripts/fetch-model)")
+        w = self.cluster.worker("--model", model)
+        r = self.cluster.router([w])
+        api = client(r.http_port)
+        ask = [{"role": "user", "content": "Describe a person named Ada, aged 36, who speaks "
+                "English and French, as JSON with keys name, age and languages."}]
+        out = api.chat.completions.create(model="m", messages=ask, max_tokens=120,
+                                          temperature=0,
+                                          response_format={"type": "json_object"})
+        self.assertEqual(out.choices[0].finish_reason, "stop")
+        obj = json.loads(out.choices[0].message.content)
+        self.assertIsInstance(obj, dict)
+        self.assertEqual(obj.get("name"), "Ada")
+        # Sampled at temperature 1: every output that ended is a JSON object, and those cut by
+        # max_tokens are prefixes of one.
+        ended = 0
+        for seed in range(4):
+            out = api.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Tell me a joke."}],
+                max_tokens=96, temperature=1.0, seed=seed,
+                response_format={"type": "json_object"})
+            text = out.choices[0].message.content
+            self.assertTrue(text.lstrip().startswith("{"), text)
+            if out.choices[0].finish_reason == "stop":
+                self.assertIsInstance(json.loads(text), dict, text)
+                ended += 1
+        self.assertGreater(ended, 0)
 
 
 if __name__ == "__main__":

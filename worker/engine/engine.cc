@@ -80,6 +80,7 @@ class Engine::Impl {
   std::unique_ptr<WeightSource> source;
   std::unique_ptr<Tokenizer> tok;
   std::vector<int32_t> eog_ids;  // end-of-generation ids (min_tokens holds them back)
+  std::shared_ptr<const TokenTable> token_table;  // for constrained (JSON) decoding
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Communicator> comm;
   // The model: on the CPU, runner + kv; with --device cuda, cuda (which owns its device cache).
@@ -683,8 +684,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError("kv_dtype int8 is not supported with tensor parallelism");
   TS_ASSIGN_OR_RETURN(impl->source, OpenWeightSource(options.model_path));
   TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(impl->source->tokenizer_data()));
-  for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {
-    if (impl->tok->IsEog(id)) impl->eog_ids.push_back(id);
+  {
+    auto table = std::make_shared<TokenTable>();
+    for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {
+      const bool eog = impl->tok->IsEog(id);
+      if (eog) impl->eog_ids.push_back(id);
+      table->bytes.push_back(impl->tok->TokenBytes(id));
+      table->kind.push_back(eog                        ? TokenTable::kEnd
+                            : impl->tok->IsSpecial(id) ? TokenTable::kSpecial
+                                                       : TokenTable::kNormal);
+    }
+    impl->token_table = std::move(table);
   }
   impl->pool = std::make_unique<ThreadPool>(options.threads);
   const ModelConfig& mc = impl->source->config();
@@ -788,6 +798,9 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   SamplingParams sp = request.sampling;
   if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;
   s->sampler = std::make_unique<Sampler>(sp, sp.ignore_eos ? std::vector<int32_t>() : m.eog_ids);
+  if (sp.response_format == "json_object") {
+    s->sampler->SetConstraint(std::make_unique<JsonObjectConstraint>(m.token_table));
+  }
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
   const PolicyContext ctx = MakePolicyContext(
       m.model(), m.runner ? m.runner->local_kv_heads() : m.model().n_kv_heads, m.opts.page_size,

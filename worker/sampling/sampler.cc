@@ -24,7 +24,6 @@ Sampler::Sampler(const SamplingParams& params, std::vector<int32_t> end_ids)
 
 SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t>& history,
                              size_t output_start) {
-  SampleResult r;
   for (const auto& [id, bias] : p_.logit_bias) {
     if (id >= 0 && id < vocab) logits[id] += bias;
   }
@@ -59,6 +58,27 @@ SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t
       v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
     }
   }
+  SampleResult r = Draw(logits, vocab);
+  if (constraint_ == nullptr) return r;
+  // Constrained (JSON): keep the draw when the grammar allows it; otherwise mask every token
+  // it does not allow and draw again (llama.cpp's order: the full mask only on a miss).
+  if (!constraint_->Allows(r.id)) {
+    bool any = false;
+    for (int i = 0; i < vocab; ++i) {
+      if (constraint_->Allows(i)) {
+        any = true;
+      } else {
+        logits[i] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    if (any) r = Draw(logits, vocab);
+  }
+  constraint_->Accept(r.id);
+  return r;
+}
+
+SampleResult Sampler::Draw(const float* logits, int vocab) {
+  SampleResult r;
   // Log-probabilities of the (penalised) model distribution, for reporting.
   float lse = 0;
   if (p_.logprobs >= 0) {

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "worker/sampling/json_constraint.h"
 #include "worker/sampling/sampling_params.h"
 
 namespace tinyserve {
@@ -30,9 +32,17 @@ class Sampler {
   // the generated ones start at history[output_start] (presence and frequency penalties).
   SampleResult Sample(float* logits, int vocab, const std::vector<int32_t>& history,
                       size_t output_start = 0);
+  // Holds the output to a grammar (response_format json_object) from the next token on.
+  void SetConstraint(std::unique_ptr<JsonObjectConstraint> constraint) {
+    constraint_ = std::move(constraint);
+  }
 
  private:
+  // The draw itself: temperature, filters, RNG, logprobs (reads logits only).
+  SampleResult Draw(const float* logits, int vocab);
+
   SamplingParams p_;
+  std::unique_ptr<JsonObjectConstraint> constraint_;
   std::vector<int32_t> held_back_;  // ids that cannot be drawn before min_tokens
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;

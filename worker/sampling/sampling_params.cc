@@ -36,6 +36,10 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, int
       return bad(
           absl::StrCat("logit_bias: the bias of ", id, " must be in [-100, 100], got ", bias));
   }
+  if (!p.response_format.empty() && p.response_format != "text" &&
+      p.response_format != "json_object")
+    return bad(
+        absl::StrCat("response_format must be text or json_object, got '", p.response_format, "'"));
   if (p.logprobs < -1 || p.logprobs > 20)
     return bad(absl::StrCat("logprobs must be in [-1, 20], got ", p.logprobs));
   if (p.stop.size() > 16) return bad(absl::StrCat("stop: at most 16 strings, got ", p.stop.size()));

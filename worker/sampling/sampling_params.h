@@ -27,6 +27,7 @@ struct SamplingParams {
   std::vector<std::string> stop;   // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  std::string response_format;     // "" or "text": free; "json_object": one JSON object
   int logprobs = -1;               // -1 = none; 0 = the chosen token's; n = also top n (<= 20)
 };
 

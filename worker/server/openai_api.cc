@@ -277,6 +277,15 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
     }
   }
   if (auto v = f.String("cache_salt")) base->set_cache_salt(*v);
+  if (const json* format = f.Get("response_format")) {
+    const std::string type = format->is_object() ? format->value("type", "") : "";
+    if (type == "json_object") {
+      s->set_response_format(type);
+    } else if (type != "text") {
+      return Bad("response_format",
+                 "only {\"type\": \"text\"} and {\"type\": \"json_object\"} are supported");
+    }
+  }
   return f.status();
 }
 
@@ -389,11 +398,6 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
     const json* choice = f.Get("tool_choice");
     f.RejectUnless("tool_choice", choice == nullptr || *choice == "none",
                    "tool calling is not supported");
-    const json* format = f.Get("response_format");
-    f.RejectUnless(
-        "response_format",
-        format == nullptr || (format->is_object() && format->value("type", "") == "text"),
-        "only {\"type\": \"text\"} is supported");
     f.RejectUnless("continue_final_message", !f.Bool("continue_final_message").value_or(false),
                    "is not supported");
     TS_RETURN_IF_ERROR(f.status());

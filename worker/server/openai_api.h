@@ -9,12 +9,13 @@
 //                echo (text prompts only), suffix (rejected unless empty);
 //   chat:        messages (role system/developer/user/assistant; content a string or a list of
 //                {"type": "text"} parts), max_completion_tokens, logprobs + top_logprobs,
-//                response_format {"type": "text"} only, tools (rejected unless empty);
+//                tools (rejected unless empty);
 //   both:        model (echoed back; any name serves the one loaded model), max_tokens
 //                (completions default 16; chat default: the rest of the context), temperature
 //                (default 1), top_p, n (1..64), stop (a string or a list), seed, stream,
 //                stream_options.include_usage, presence_penalty, frequency_penalty, user,
-//                logit_bias; extras top_k (-1 or 0 = off), min_p, repetition_penalty,
+//                logit_bias, response_format ({"type": "text"} or {"type": "json_object"});
+//                extras top_k (-1 or 0 = off), min_p, repetition_penalty,
 //                stop_token_ids, ignore_eos, min_tokens, cache_salt, request_id, and
 //                TinyServe's "selection" object (tinyserve.v1.SelectionOptions
 //                in its JSON form: {"policy": "quest", "budget": 1024, ...}).

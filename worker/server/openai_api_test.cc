@@ -72,6 +72,9 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
   EXPECT_FLOAT_EQ(s.logit_bias().at(5), -100.0f);
   EXPECT_FLOAT_EQ(s.logit_bias().at(7), 2.5f);
   EXPECT_EQ(c.cache_salt(), "tenant-a");
+  ParsedRequest json_mode = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user",
+      "content": "x"}], "response_format": {"type": "json_object"}})");
+  EXPECT_EQ(json_mode.calls[0].sampling().response_format(), "json_object");
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(c.selection().policy(), "quest");
   EXPECT_EQ(c.selection().budget(), 512);
@@ -154,7 +157,7 @@ TEST(OpenAiParse, BadInputNamesTheField) {
                                "tools": [{"type": "function"}]})"),
             "tools");
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
-                               "response_format": {"type": "json_object"}})"),
+                               "response_format": {"type": "json_schema"}})"),
             "response_format");
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
                                "top_logprobs": 2})"),

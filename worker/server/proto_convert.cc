@@ -34,6 +34,7 @@ SamplingParams ToSampling(const v1::SamplingOptions& s) {
   p.presence_penalty = s.presence_penalty();
   p.frequency_penalty = s.frequency_penalty();
   p.min_tokens = s.min_tokens();
+  p.response_format = s.response_format();
   for (const auto& [id, bias] : s.logit_bias()) p.logit_bias.push_back({id, bias});
   std::sort(p.logit_bias.begin(), p.logit_bias.end());  // map order is unspecified
   p.has_seed = s.has_seed();
