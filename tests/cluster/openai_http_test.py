@@ -193,6 +193,13 @@ class OpenAiHttpTest(cl.ClusterCase):
         except urllib.error.HTTPError as e:
             self.assertEqual(e.code, 405)
         self.assertEqual(post(r.http_port, "/v1/completions", b" " * (5 << 20))[0], 413)
+        # Deep nesting (it once overflowed a civetweb thread's stack in protobuf's JSON parser).
+        deep = (b'{"prompt": "x", "selection": ' + b'{"params": ' * 1000 + b"1" + b"}" * 1001)
+        status, body = post(r.http_port, "/v1/completions", deep)
+        self.assertEqual(status, 400)
+        self.assertIn("nests deeper", body["error"]["message"])
+        self.assertEqual(post(r.http_port, "/v1/completions", b"[" * (4 << 20 - 16))[0], 400)
+        self.assertEqual(post(r.http_port, "/tokenize", b'{"prompt": ' + b"[" * 100000)[0], 400)
         # The servers are still well and serve.
         ok = api.completions.create(model="m", prompt="Once", max_tokens=4, temperature=0)
         self.assertEqual(ok.usage.completion_tokens, 4)

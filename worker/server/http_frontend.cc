@@ -7,6 +7,7 @@
 #include <ctime>
 #include <deque>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -142,14 +143,6 @@ bool SameSecret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-// Parses a JSON object body; an error status names what is wrong.
-absl::StatusOr<json> ParseObject(const std::string& body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");
-  if (!j.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
-  return j;
-}
-
 }  // namespace
 
 HttpFrontend::HttpFrontend(const HttpFrontendOptions& options,
@@ -172,15 +165,10 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   mg_init_library(0);
   const std::string listen = absl::StrCat(options.host, ":", options.port);
   const std::string threads = std::to_string(options.threads);
-  const char* mg_options[] = {"listening_ports",
-                              listen.c_str(),
-                              "num_threads",
-                              threads.c_str(),
-                              "enable_keep_alive",
-                              "yes",
-                              "request_timeout_ms",
-                              "600000",
-                              nullptr};
+  const char* mg_options[] = {"listening_ports", listen.c_str(), "num_threads", threads.c_str(),
+                              "enable_keep_alive", "yes",
+                              // per read or write: a stalled client, not a slow stream
+                              "request_timeout_ms", "60000", nullptr};
   mg_callbacks callbacks{};
   static thread_local std::string last_error;
   last_error.clear();
@@ -217,7 +205,12 @@ void HttpFrontend::Stop() {
 }
 
 int HttpFrontend::Handle(mg_connection* conn, void* self) {
-  return static_cast<HttpFrontend*>(self)->Route(conn);
+  // civetweb's threads have small fixed stacks; the request runs on a thread of the process's
+  // default stack size (JSON, protobuf and gRPC code below is not written for 100 KB stacks).
+  int code = 0;
+  std::thread t([&] { code = static_cast<HttpFrontend*>(self)->Route(conn); });
+  t.join();
+  return code;
 }
 
 void HttpFrontend::Count(const char* route, int code) {
@@ -399,7 +392,7 @@ int HttpFrontend::Models(mg_connection* conn) {
 }
 
 int HttpFrontend::Tokenize(mg_connection* conn, const std::string& body) {
-  auto j = ParseObject(body);
+  auto j = openai::ParseBody(body);
   if (!j.ok()) return SendError(conn, j.status());
   auto prompt = j->find("prompt");
   if (prompt == j->end() || !prompt->is_string()) {
@@ -425,7 +418,7 @@ int HttpFrontend::Tokenize(mg_connection* conn, const std::string& body) {
 }
 
 int HttpFrontend::Detokenize(mg_connection* conn, const std::string& body) {
-  auto j = ParseObject(body);
+  auto j = openai::ParseBody(body);
   if (!j.ok()) return SendError(conn, j.status());
   auto tokens = j->find("tokens");
   v1::DetokenizeRequest req;

@@ -344,12 +344,40 @@ json TinyServeStats(const v1::Complete& c) {
 
 }  // namespace
 
+absl::StatusOr<json> ParseBody(std::string_view body) {
+  // Nesting is bounded before parsing: what follows (dump, protobuf's JSON parser) recurses.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels"));
+      }
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");
+  if (!root.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  return root;
+}
+
 absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
                                            const ServedModel& model,
                                            const std::string& request_id) {
-  const json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");
-  if (!root.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  TS_ASSIGN_OR_RETURN(const json root, ParseBody(body));
   Fields f(root, "");
   ParsedRequest out;
   out.endpoint = endpoint;

@@ -65,6 +65,12 @@ struct ParsedRequest {
   std::string model;      // the name responses carry
 };
 
+// Deepest nesting of objects and arrays a body may have (checked before parsing).
+inline constexpr int kMaxJsonDepth = 32;
+
+// A request body: a JSON object nested at most kMaxJsonDepth deep, else INVALID_ARGUMENT.
+absl::StatusOr<nlohmann::json> ParseBody(std::string_view body);
+
 // Parses and checks a request body. request_id names the calls (request_id-i).
 absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
                                            const ServedModel& model, const std::string& request_id);

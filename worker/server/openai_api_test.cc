@@ -162,6 +162,13 @@ TEST(OpenAiParse, BadInputNamesTheField) {
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
                                "top_logprobs": 2})"),
             "top_logprobs");
+  // Nesting is bounded before parsing (deep JSON would exhaust a stack later on).
+  std::string deep = R"({"prompt": "x", "selection": )";
+  for (int i = 0; i < 40; ++i) deep += R"({"params": )";
+  deep += "1" + std::string(41, '}');
+  EXPECT_EQ(ParamOf(kC, deep), "<none>");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})"),
+            "<ok>");  // brackets inside strings do not count
   // Not JSON, or not an object: no field to name.
   EXPECT_EQ(ParamOf(kC, "{nope"), "<none>");
   EXPECT_EQ(ParamOf(kC, "[1]"), "<none>");
