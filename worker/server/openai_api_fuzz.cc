@@ -1,0 +1,39 @@
+// libFuzzer target for the OpenAI-compatible request parser and response builder
+// (openai_api.h): any body must give a request or an INVALID_ARGUMENT, never a crash; a parsed
+// request's responses must build. Built with -DTINYSERVE_FUZZ=ON (clang).
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "worker/server/openai_api.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace oa = tinyserve::openai;
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  const oa::ServedModel model{"m", 2048};
+  for (oa::Endpoint e : {oa::Endpoint::kCompletions, oa::Endpoint::kChat}) {
+    auto r = oa::ParseRequest(e, body, model, "fuzz");
+    if (!r.ok()) {
+      if (r.status().code() != absl::StatusCode::kInvalidArgument) __builtin_trap();
+      oa::ErrorBody(r.status());
+      continue;
+    }
+    oa::ResponseBuilder b(*r, "id", 0);
+    tinyserve::v1::GenerateResponse chunk;
+    chunk.mutable_chunk()->add_token_ids(1);
+    chunk.mutable_chunk()->set_text(std::string(body.substr(0, 8)));
+    chunk.mutable_chunk()->add_logprobs()->set_text("\xff");
+    tinyserve::v1::GenerateResponse done;
+    done.mutable_complete()->set_finish_reason(tinyserve::v1::FINISH_REASON_LENGTH);
+    for (size_t i = 0; i < r->calls.size(); ++i) {
+      b.OnResponse(static_cast<int>(i), chunk);
+      b.OnResponse(static_cast<int>(i), done);
+    }
+    if (r->stream) {
+      b.StreamEnd();
+    } else {
+      b.Body();
+    }
+  }
+  return 0;
+}
