@@ -64,6 +64,9 @@ struct Sequence {
   bool finished = false;
   bool internal = false;         // health probes: not counted in metrics
   int64_t order = 0;             // admission order (preemption picks the newest)
+  // Scheduling rank: priority first (lower sooner), then admission order. The batch's token
+  // budget goes in this order, and preemption takes the highest rank first.
+  std::pair<int, int64_t> rank() const { return {req.priority, order}; }
   // Tensor parallelism: followers key their copy of the policy by uid; announced once the
   // spec was sent with the sequence's first step.
   uint64_t uid = 0;
@@ -414,7 +417,7 @@ bool Engine::Impl::Step() {
   }
 
   // 3. Build the batch: decode tokens first, then prefill chunks within the token budget.
-  std::sort(running.begin(), running.end(), [](auto& a, auto& b) { return a->order < b->order; });
+  std::sort(running.begin(), running.end(), [](auto& a, auto& b) { return a->rank() < b->rank(); });
   int budget = std::max(opts.max_step_tokens, static_cast<int>(running.size()));
   std::vector<Sequence*> batch_seqs;
   std::vector<SeqInput> batch;
@@ -435,11 +438,13 @@ bool Engine::Impl::Step() {
     if (chunk[i] == 0) continue;
     Sequence& s = *running[i];
     while (!EnsurePages(s, s.computed + chunk[i])) {
-      // Victim: the newest other running sequence still holding pages, else this one.
+      // Victim: the lowest-priority, newest other running sequence still holding pages that
+      // ranks below this one, else this one.
       Sequence* victim = nullptr;
       for (size_t j = running.size(); j-- > 0;)
         if (running[j].get() != &s && !running[j]->pages.empty() &&
-            (victim == nullptr || running[j]->order > victim->order) && running[j]->order > s.order)
+            (victim == nullptr || running[j]->rank() > victim->rank()) &&
+            running[j]->rank() > s.rank())
           victim = running[j].get();
       if (victim == nullptr) victim = &s;
       Preempt(*victim);
@@ -818,7 +823,10 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
     if (static_cast<int>(m.waiting.size()) >= m.opts.max_queue && !s->internal)
       return absl::ResourceExhaustedError(
           absl::StrCat("queue full: ", m.waiting.size(), " requests waiting"));
-    m.waiting.push_back(std::move(s));
+    // Ordered by priority, FIFO within one (a plain push_back when all are equal).
+    auto at = m.waiting.end();
+    while (at != m.waiting.begin() && (*std::prev(at))->req.priority > s->req.priority) --at;
+    m.waiting.insert(at, std::move(s));
     m.stats.waiting = static_cast<int>(m.waiting.size());
   }
   m.cv.notify_all();

@@ -117,6 +117,7 @@ struct GenerateRequest {
   std::optional<SelectionSpec> selection;  // nullopt: the server's default
   double deadline = 0;                     // monotonic NowSeconds(); 0 = none
   uint64_t cache_salt = 0;                 // seeds the prefix-cache hash chain; 0 = unsalted
+  int priority = 0;                        // lower runs sooner (vLLM's); FIFO within a level
 };
 
 // Engine-wide counters and gauges, read by metrics and by the router's load reports.

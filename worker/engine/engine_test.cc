@@ -2,6 +2,7 @@
 // sampling and stopping, prefix caching, preemption, cancellation and bad input.
 #include "worker/engine/engine.h"
 
+#include <functional>
 #include <future>
 #include <mutex>
 
@@ -280,6 +281,39 @@ TEST(Engine, DeviceOptionErrorsNameTheProblem) {
   e = Engine::Create(cuda);
   EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
   EXPECT_NE(e.status().message().find("--device cuda"), std::string::npos) << e.status();
+}
+
+TEST(Engine, PriorityOrdersTheQueueFifoWithinALevel) {
+  EngineOptions o = Options();
+  o.max_batch = 1;  // one at a time: the finishing order is the admission order
+  auto e = MakeEngine(o);
+  std::mutex mu;
+  std::vector<std::string> finished;
+  struct OrderSink : CollectSink {
+    std::function<void()> on_finish;
+    void OnFinish(FinishReason r, const RequestUsage& u, absl::Status s) override {
+      CollectSink::OnFinish(r, u, s);
+      on_finish();
+    }
+  };
+  const std::vector<std::pair<std::string, int>> requests = {
+      {"a", 0}, {"b", 5}, {"c", -1}, {"d", 0}, {"e", -1}};
+  std::vector<std::shared_ptr<OrderSink>> sinks;
+  for (const auto& [name, priority] : requests) {
+    auto sink = std::make_shared<OrderSink>();
+    sink->on_finish = [&, name = name] {
+      std::lock_guard<std::mutex> lock(mu);
+      finished.push_back(name);
+    };
+    GenerateRequest r = Greedy(*e, "Once upon a time", 4, true);
+    r.request_id = name;
+    r.priority = priority;
+    ASSERT_TRUE(e->Submit(std::move(r), sink).ok());
+    sinks.push_back(sink);
+  }
+  e->RunUntilIdle();
+  EXPECT_EQ(finished, (std::vector<std::string>{"c", "e", "a", "d", "b"}));
+  for (const auto& s : sinks) EXPECT_EQ(s->ids.size(), 4u);
 }
 
 TEST(Engine, FullQueueIsResourceExhaustedAndDrainIsUnavailable) {

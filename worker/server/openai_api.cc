@@ -277,6 +277,9 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
     }
   }
   if (auto v = f.String("cache_salt")) base->set_cache_salt(*v);
+  if (auto v = f.Integer("priority", std::numeric_limits<int32_t>::min(), int_max)) {
+    base->set_priority(static_cast<int32_t>(*v));
+  }
   if (const json* format = f.Get("response_format")) {
     const std::string type = format->is_object() ? format->value("type", "") : "";
     if (type == "json_object") {

@@ -16,7 +16,7 @@
 //                stream_options.include_usage, presence_penalty, frequency_penalty, user,
 //                logit_bias, response_format ({"type": "text"} or {"type": "json_object"});
 //                extras top_k (-1 or 0 = off), min_p, repetition_penalty,
-//                stop_token_ids, ignore_eos, min_tokens, cache_salt, request_id, and
+//                stop_token_ids, ignore_eos, min_tokens, cache_salt, priority, request_id, and
 //                TinyServe's "selection" object (tinyserve.v1.SelectionOptions
 //                in its JSON form: {"policy": "quest", "budget": 1024, ...}).
 // Unknown fields are ignored, as OpenAI clients send many; fields we know but do not implement

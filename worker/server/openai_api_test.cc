@@ -46,7 +46,7 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
       "min_p": 0.1, "repetition_penalty": 1.2, "presence_penalty": 0.5,
       "frequency_penalty": -0.25, "seed": 7, "stop": "END", "stop_token_ids": [2],
       "ignore_eos": true, "logprobs": 3, "user": "someone", "logit_bias": {"5": -100, "7": 2.5},
-      "min_tokens": 2, "cache_salt": "tenant-a",
+      "min_tokens": 2, "cache_salt": "tenant-a", "priority": -3,
       "selection": {"policy": "quest", "budget": 512, "dense_layers": 1, "params": {"gqa": "max"}}
   })");
   ASSERT_EQ(r.calls.size(), 1u);
@@ -72,6 +72,7 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
   EXPECT_FLOAT_EQ(s.logit_bias().at(5), -100.0f);
   EXPECT_FLOAT_EQ(s.logit_bias().at(7), 2.5f);
   EXPECT_EQ(c.cache_salt(), "tenant-a");
+  EXPECT_EQ(c.priority(), -3);
   ParsedRequest json_mode = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user",
       "content": "x"}], "response_format": {"type": "json_object"}})");
   EXPECT_EQ(json_mode.calls[0].sampling().response_format(), "json_object");
