@@ -59,6 +59,8 @@ void SamplingFlags::Register(FlagSet* f) {
   f->Int64("seed", &seed, "random seed (-1: from the request)");
   f->StringList("stop", &stop, "stop string (repeatable)");
   f->Bool("ignore-eos", &params.ignore_eos, "keep generating past end-of-sequence tokens");
+  f->String("response-format", &params.response_format,
+            "text, or json_object: hold the output to one JSON object");
 }
 
 SamplingParams SamplingFlags::Build() const {

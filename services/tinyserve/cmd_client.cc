@@ -45,18 +45,20 @@ int RunGenerateClient(const GenerateClientOptions& o) {
   } else {
     req.set_text(o.prompt);
   }
+  const SamplingParams& p = o.sampling;
   v1::SamplingOptions* s = req.mutable_sampling();
-  s->set_max_tokens(o.max_tokens);
-  s->set_temperature(o.temperature);
-  s->set_top_k(o.top_k);
-  s->set_top_p(o.top_p);
-  s->set_min_p(o.min_p);
-  s->set_repetition_penalty(o.repetition_penalty);
-  s->set_presence_penalty(o.presence_penalty);
-  s->set_frequency_penalty(o.frequency_penalty);
-  if (o.seed >= 0) s->set_seed(static_cast<uint64_t>(o.seed));
-  for (const std::string& stop : o.stop) s->add_stop(stop);
-  s->set_ignore_eos(o.ignore_eos);
+  s->set_max_tokens(p.max_tokens);
+  s->set_temperature(p.temperature);
+  s->set_top_k(p.top_k);
+  s->set_top_p(p.top_p);
+  s->set_min_p(p.min_p);
+  s->set_repetition_penalty(p.repetition_penalty);
+  s->set_presence_penalty(p.presence_penalty);
+  s->set_frequency_penalty(p.frequency_penalty);
+  if (p.has_seed) s->set_seed(p.seed);
+  for (const std::string& stop : p.stop) s->add_stop(stop);
+  s->set_ignore_eos(p.ignore_eos);
+  s->set_response_format(p.response_format);
   if (!o.policy.empty() || o.budget > 0) {
     req.mutable_selection()->set_policy(o.policy);
     req.mutable_selection()->set_budget(o.budget);
@@ -130,18 +132,7 @@ int RunGenerateClient(const std::vector<std::string>& args) {
     return 0;
   }
   if (o.prompt.empty() && !flags.positional().empty()) o.prompt = flags.positional()[0];
-  const SamplingParams p = sf.Build();
-  o.max_tokens = p.max_tokens;
-  o.temperature = p.temperature;
-  o.top_k = p.top_k;
-  o.top_p = p.top_p;
-  o.min_p = p.min_p;
-  o.repetition_penalty = p.repetition_penalty;
-  o.presence_penalty = p.presence_penalty;
-  o.frequency_penalty = p.frequency_penalty;
-  o.seed = p.has_seed ? static_cast<int64_t>(p.seed) : -1;
-  o.stop = p.stop;
-  o.ignore_eos = p.ignore_eos;
+  o.sampling = sf.Build();
   o.timeout_seconds = timeout;
   if (flags.WasSet("policy")) o.policy = ef.policy;
   if (flags.WasSet("budget")) o.budget = ef.budget;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/sampling/sampling_params.h"
+
 namespace tinyserve {
 
 int RunWorkerCommand(const std::vector<std::string>& args);
@@ -27,17 +29,7 @@ struct GenerateClientOptions {
   std::string server = "localhost:50050";
   std::string prompt;
   bool chat = false;            // send the prompt as one user chat message
-  int max_tokens = 128;
-  float temperature = 0.0f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  int64_t seed = -1;            // < 0: unset
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
+  SamplingParams sampling;      // sent as tinyserve.v1.SamplingOptions
   std::string policy;           // selection policy; empty: the server's default
   int budget = 0;               // selection budget; 0: the server's default
   double timeout_seconds = 120; // the call's deadline
