@@ -61,6 +61,9 @@ void SamplingFlags::Register(FlagSet* f) {
   f->Bool("ignore-eos", &params.ignore_eos, "keep generating past end-of-sequence tokens");
   f->String("response-format", &params.response_format,
             "text, or json_object: hold the output to one JSON object");
+  f->String("json-schema", &params.json_schema,
+            "a JSON Schema (as JSON text) the output must match (sets --response-format "
+            "json_schema; docs/HTTP_API.md lists what is supported)");
 }
 
 SamplingParams SamplingFlags::Build() const {
@@ -70,6 +73,7 @@ SamplingParams SamplingFlags::Build() const {
     p.has_seed = true;
   }
   p.stop = stop;
+  if (!p.json_schema.empty() && p.response_format.empty()) p.response_format = "json_schema";
   return p;
 }
 

@@ -59,6 +59,7 @@ int RunGenerateClient(const GenerateClientOptions& o) {
   for (const std::string& stop : p.stop) s->add_stop(stop);
   s->set_ignore_eos(p.ignore_eos);
   s->set_response_format(p.response_format);
+  s->set_json_schema(p.json_schema);
   if (!o.policy.empty() || o.budget > 0) {
     req.mutable_selection()->set_policy(o.policy);
     req.mutable_selection()->set_budget(o.budget);

@@ -13,7 +13,8 @@ Cases (one CTest entry each, -k test_NAME):
   api_key                 with --api-key, requests without the bearer token get 401 (the
                           client's AuthenticationError); /health stays open
   json_mode               SmolLM2-135M-Instruct (the default model) with response_format
-                          json_object: greedy and sampled outputs parse as JSON objects
+                          json_object and json_schema: greedy and sampled outputs parse as JSON
+                          (and match the schema); an unsupported schema is a 400
 """
 import json
 import os
@@ -312,6 +313,31 @@ class OpenAiHttpTest(cl.ClusterCase):
                 self.assertIsInstance(json.loads(text), dict, text)
                 ended += 1
         self.assertGreater(ended, 0)
+
+        # A JSON schema: properties in the schema's order, with their types and enums.
+        schema = {"type": "object", "properties": {
+            "name": {"type": "string"}, "age": {"type": "integer"},
+            "languages": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+            "mood": {"enum": ["happy", "sad"]}}}
+        fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": schema,
+                                                      "strict": True}}
+        for seed, temperature in ((0, 0.0), (1, 1.0), (2, 1.0)):
+            out = api.chat.completions.create(model="m", messages=ask, max_tokens=150,
+                                              temperature=temperature, seed=seed,
+                                              response_format=fmt)
+            self.assertEqual(out.choices[0].finish_reason, "stop", out.choices[0].message)
+            obj = json.loads(out.choices[0].message.content)
+            self.assertEqual(list(obj), ["name", "age", "languages", "mood"])
+            self.assertIsInstance(obj["name"], str)
+            self.assertIsInstance(obj["age"], int)
+            self.assertTrue(all(isinstance(x, str) for x in obj["languages"]))
+            self.assertLessEqual(len(obj["languages"]), 4)
+            self.assertIn(obj["mood"], ("happy", "sad"))
+        import openai
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            api.chat.completions.create(model="m", messages=ask, max_tokens=8, response_format={
+                "type": "json_schema", "json_schema": {"name": "x", "schema": {"anyOf": []}}})
+        self.assertEqual(ctx.exception.body["param"], "json_schema.anyOf")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@
 #include "kernels/cpu/cpu_features.h"
 #include "worker/kv/page_pool.h"
 #include "worker/kv/paged_kv_cache.h"
-#include "worker/runner/cuda_runner.h"
 #include "worker/model/weight_source.h"
+#include "worker/runner/cuda_runner.h"
 #include "worker/runner/transformer.h"
+#include "worker/sampling/json_schema.h"
 #include "worker/sampling/sampler.h"
 #include "worker/select/selector.h"
 #include "worker/tp/communicator.h"
@@ -55,6 +56,7 @@ struct Sequence {
   std::vector<int32_t> pages;    // page table
   std::vector<uint64_t> hashes;  // chained hash of each full page registered so far
   std::unique_ptr<Sampler> sampler;
+  std::shared_ptr<const JsonSchema> json_schema;  // json_schema output: its compiled schema
   std::unique_ptr<Policy> policy;
   Utf8StreamDecoder utf8;
   std::string held;              // decoded text held back (could start a stop string)
@@ -804,7 +806,14 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;
   s->sampler = std::make_unique<Sampler>(sp, sp.ignore_eos ? std::vector<int32_t>() : m.eog_ids);
   if (sp.response_format == "json_object") {
-    s->sampler->SetConstraint(std::make_unique<JsonObjectConstraint>(m.token_table));
+    s->sampler->SetConstraint(
+        std::make_unique<JsonObjectConstraint>(m.token_table, JsonRecognizer()));
+  } else if (sp.response_format == "json_schema") {
+    TS_ASSIGN_OR_RETURN(std::shared_ptr<const JsonSchema> schema,
+                        JsonSchema::Compile(sp.json_schema));
+    s->json_schema = schema;  // the recognizer points into it
+    s->sampler->SetConstraint(std::make_unique<RecognizerConstraint<SchemaRecognizer>>(
+        m.token_table, SchemaRecognizer(schema.get())));
   }
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
   const PolicyContext ctx = MakePolicyContext(

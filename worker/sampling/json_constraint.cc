@@ -3,13 +3,67 @@
 namespace tinyserve {
 namespace {
 
-bool IsWhitespace(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool IsDigit(unsigned char c) { return c >= '0' && c <= '9'; }
 bool IsHex(unsigned char c) {
   return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
 }  // namespace
+
+bool NumberStart(unsigned char c, NumState* state) {
+  if (c == '-') {
+    *state = NumState::kMinus;
+  } else if (IsDigit(c)) {
+    *state = c == '0' ? NumState::kZero : NumState::kInt;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+NumStep NumberNext(unsigned char c, bool integer, NumState* state) {
+  const bool digit = IsDigit(c);
+  switch (*state) {
+    case NumState::kMinus:
+      if (!digit) return NumStep::kReject;
+      *state = c == '0' ? NumState::kZero : NumState::kInt;
+      return NumStep::kMore;
+    case NumState::kInt:
+      if (digit) return NumStep::kMore;
+      [[fallthrough]];
+    case NumState::kZero:
+      if (c == '.' && !integer) {
+        *state = NumState::kDot;
+      } else if ((c == 'e' || c == 'E') && !integer) {
+        *state = NumState::kE;
+      } else {
+        return NumStep::kEnded;
+      }
+      return NumStep::kMore;
+    case NumState::kDot:
+      if (!digit) return NumStep::kReject;
+      *state = NumState::kFrac;
+      return NumStep::kMore;
+    case NumState::kFrac:
+      if (digit) return NumStep::kMore;
+      if (c != 'e' && c != 'E') return NumStep::kEnded;
+      *state = NumState::kE;
+      return NumStep::kMore;
+    case NumState::kE:
+      if (c == '+' || c == '-') {
+        *state = NumState::kESign;
+        return NumStep::kMore;
+      }
+      [[fallthrough]];
+    case NumState::kESign:
+      if (!digit) return NumStep::kReject;
+      *state = NumState::kExp;
+      return NumStep::kMore;
+    case NumState::kExp:
+      return digit ? NumStep::kMore : NumStep::kEnded;
+  }
+  return NumStep::kReject;
+}
 
 bool JsonRecognizer::Feed(std::string_view bytes) {
   for (unsigned char c : bytes) {
@@ -22,7 +76,7 @@ bool JsonRecognizer::Byte(unsigned char c) {
   switch (mode_) {
     case Mode::kString:
       if (c == '"') {
-        mode_ = key_ ? Mode::kColon : Mode::kAfterValue;
+        mode_ = key_ ? Mode::kColon : AfterValue();
         return true;
       }
       if (c == '\\') {
@@ -46,77 +100,29 @@ bool JsonRecognizer::Byte(unsigned char c) {
       if (!IsHex(c)) return false;
       if (--left_ == 0) mode_ = Mode::kString;
       return true;
-    case Mode::kNumber: {
-      const bool digit = IsDigit(c);
-      bool more = false;  // c continues the number
-      switch (num_) {
-        case Num::kMinus:
-          if (!digit) return false;
-          num_ = c == '0' ? Num::kZero : Num::kInt;
-          more = true;
-          break;
-        case Num::kInt:
-          if (digit) {
-            more = true;
-            break;
-          }
-          [[fallthrough]];
-        case Num::kZero:
-          if (c == '.') {
-            num_ = Num::kDot;
-            more = true;
-          } else if (c == 'e' || c == 'E') {
-            num_ = Num::kE;
-            more = true;
-          }
-          break;
-        case Num::kDot:
-          if (!digit) return false;
-          num_ = Num::kFrac;
-          more = true;
-          break;
-        case Num::kFrac:
-          if (digit) {
-            more = true;
-          } else if (c == 'e' || c == 'E') {
-            num_ = Num::kE;
-            more = true;
-          }
-          break;
-        case Num::kE:
-          if (c == '+' || c == '-') {
-            num_ = Num::kESign;
-            more = true;
-            break;
-          }
-          [[fallthrough]];
-        case Num::kESign:
-          if (!digit) return false;
-          num_ = Num::kExp;
-          more = true;
-          break;
-        case Num::kExp:
-          more = digit;
-          break;
+    case Mode::kNumber:
+      switch (NumberNext(c, /*integer=*/false, &num_)) {
+        case NumStep::kMore:
+          return ++left_ <= kMaxJsonNumber;
+        case NumStep::kEnded:  // c belongs to what follows
+          mode_ = AfterValue();
+          return Byte(c);
+        default:
+          return false;
       }
-      if (more) return ++left_ <= kMaxNumber;
-      // The number ended (in a state where it may): c belongs to what follows.
-      mode_ = Mode::kAfterValue;
-      return Byte(c);
-    }
     case Mode::kLiteral:
       if (c != static_cast<unsigned char>(*literal_)) return false;
-      if (*++literal_ == '\0') mode_ = Mode::kAfterValue;
+      if (*++literal_ == '\0') mode_ = AfterValue();
       return true;
     default:
       break;
   }
   // Between tokens of the grammar: bounded whitespace.
-  if (IsWhitespace(c)) return ++whitespace_ <= kMaxWhitespace;
+  if (IsJsonWhitespace(c)) return ++whitespace_ <= kMaxJsonWhitespace;
   whitespace_ = 0;
   switch (mode_) {
     case Mode::kStart:
-      return c == '{' && StartValue(c);
+      return (c == '{' || !object_only_) && StartValue(c);
     case Mode::kValue:
       return StartValue(c);
     case Mode::kValueOrClose:
@@ -168,15 +174,9 @@ bool JsonRecognizer::StartValue(unsigned char c) {
       literal_ = "ull";
       mode_ = Mode::kLiteral;
       return true;
-    case '-':
-      mode_ = Mode::kNumber;
-      num_ = Num::kMinus;
-      left_ = 1;
-      return true;
     default:
-      if (!IsDigit(c)) return false;
+      if (!NumberStart(c, &num_)) return false;
       mode_ = Mode::kNumber;
-      num_ = c == '0' ? Num::kZero : Num::kInt;
       left_ = 1;
       return true;
   }
@@ -185,31 +185,8 @@ bool JsonRecognizer::StartValue(unsigned char c) {
 bool JsonRecognizer::Close(unsigned char c) {
   if (depth_ == 0 || c != (stack_[depth_ - 1] == '{' ? '}' : ']')) return false;
   --depth_;
-  mode_ = depth_ == 0 ? Mode::kDone : Mode::kAfterValue;
+  mode_ = AfterValue();
   return true;
-}
-
-bool JsonObjectConstraint::Allows(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= table_->kind.size()) return false;
-  switch (table_->kind[id]) {
-    case TokenTable::kEnd:
-      return state_.Complete();
-    case TokenTable::kSpecial:
-      return false;
-    default:
-      break;
-  }
-  const std::string& bytes = table_->bytes[id];
-  if (bytes.empty()) return false;
-  JsonRecognizer next = state_;
-  return next.Feed(bytes);
-}
-
-void JsonObjectConstraint::Accept(int32_t id) {
-  if (id >= 0 && static_cast<size_t>(id) < table_->kind.size() &&
-      table_->kind[id] == TokenTable::kNormal) {
-    state_.Feed(table_->bytes[id]);
-  }
 }
 
 }  // namespace tinyserve

@@ -24,13 +24,36 @@
 
 namespace tinyserve {
 
+// RFC 8259's number grammar, one byte at a time: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+enum class NumState : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
+enum class NumStep : uint8_t { kReject, kMore, kEnded };  // kEnded: c is not part of it
+// The first byte of a number ('-' or a digit) sets *state; false for anything else.
+bool NumberStart(unsigned char c, NumState* state);
+NumStep NumberNext(unsigned char c, bool integer, NumState* state);
+inline bool NumberCanEnd(NumState s) {
+  return s == NumState::kZero || s == NumState::kInt || s == NumState::kFrac || s == NumState::kExp;
+}
+inline bool IsJsonWhitespace(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+inline constexpr int kMaxJsonWhitespace = 24;  // whitespace bytes in a row between tokens
+inline constexpr int kMaxJsonNumber = 32;      // bytes of one number
+
 class JsonRecognizer {
  public:
+  // object_only: the text must be an object (json_object); else any JSON value.
+  explicit JsonRecognizer(bool object_only = true) : object_only_(object_only) {}
+
   // Feeds bytes. False when they cannot continue a JSON object text; the state is then
   // unspecified (feed a copy to test).
   bool Feed(std::string_view bytes);
-  // One whole top-level object has been read; only whitespace may follow.
+  bool Byte(unsigned char c);
+  // One whole top-level value has been read; only whitespace may follow.
   bool Complete() const { return mode_ == Mode::kDone; }
+  // The value may end before the next byte: complete, or a top-level number that could stop.
+  bool CanEnd() const {
+    return Complete() || (mode_ == Mode::kNumber && depth_ == 0 && NumberCanEnd(num_));
+  }
 
  private:
   enum class Mode : uint8_t {
@@ -48,18 +71,17 @@ class JsonRecognizer {
     kLiteral,
     kDone,
   };
-  enum class Num : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
 
-  bool Byte(unsigned char c);
   bool StartValue(unsigned char c);
+  // What follows a finished value: the container's ',' or close, or the end of the text.
+  Mode AfterValue() const { return depth_ == 0 ? Mode::kDone : Mode::kAfterValue; }
   bool Close(unsigned char c);
 
   static constexpr int kMaxDepth = 32;
-  static constexpr int kMaxWhitespace = 24;
-  static constexpr int kMaxNumber = 32;
 
+  bool object_only_ = true;
   Mode mode_ = Mode::kStart;
-  Num num_ = Num::kMinus;
+  NumState num_ = NumState::kMinus;
   bool key_ = false;               // the string being read is an object key
   uint8_t left_ = 0;               // kUnicode: hex digits left; kNumber: bytes read
   uint8_t whitespace_ = 0;         // consecutive whitespace bytes
@@ -75,19 +97,44 @@ struct TokenTable {
   std::vector<Kind> kind;
 };
 
-class JsonObjectConstraint {
+// Which tokens may come next under a byte-level recognizer R (JsonRecognizer for json_object,
+// SchemaRecognizer for json_schema): a token whose bytes R accepts; end-of-generation only once
+// R is complete; other special tokens never.
+class TokenConstraint {
  public:
-  explicit JsonObjectConstraint(std::shared_ptr<const TokenTable> table)
-      : table_(std::move(table)) {}
-
-  bool Allows(int32_t id) const;
+  virtual ~TokenConstraint() = default;
+  virtual bool Allows(int32_t id) const = 0;
   // Commits a token (one Allows accepted).
-  void Accept(int32_t id);
+  virtual void Accept(int32_t id) = 0;
+};
+
+template <typename R>
+class RecognizerConstraint final : public TokenConstraint {
+ public:
+  RecognizerConstraint(std::shared_ptr<const TokenTable> table, R start)
+      : table_(std::move(table)), state_(std::move(start)) {}
+
+  bool Allows(int32_t id) const override {
+    if (id < 0 || static_cast<size_t>(id) >= table_->kind.size()) return false;
+    if (table_->kind[id] == TokenTable::kEnd) return state_.Complete();
+    if (table_->kind[id] == TokenTable::kSpecial || table_->bytes[id].empty()) return false;
+    R next = state_;
+    return next.Feed(table_->bytes[id]);
+  }
+  void Accept(int32_t id) override {
+    if (id >= 0 && static_cast<size_t>(id) < table_->kind.size() &&
+        table_->kind[id] == TokenTable::kNormal) {
+      state_.Feed(table_->bytes[id]);
+    }
+  }
   bool Complete() const { return state_.Complete(); }
 
  private:
   std::shared_ptr<const TokenTable> table_;
-  JsonRecognizer state_;
+  R state_;
 };
+
+// response_format json_object: one JSON object.
+using JsonObjectConstraint = RecognizerConstraint<JsonRecognizer>;
 
 }  // namespace tinyserve

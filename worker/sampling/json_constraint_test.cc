@@ -88,7 +88,7 @@ std::shared_ptr<TokenTable> Table(const std::vector<std::string>& tokens) {
 
 TEST(JsonObjectConstraint, AllowsByGrammarEndOnlyWhenClosedSpecialNever) {
   auto table = Table({"<eos>", "<sp>", "{", "}", "\"k\"", ":", " 1", "hello", "{\"", "k\":"});
-  JsonObjectConstraint c(table);
+  JsonObjectConstraint c(table, JsonRecognizer());
   EXPECT_FALSE(c.Allows(0));  // nothing yet
   EXPECT_FALSE(c.Allows(1));
   EXPECT_TRUE(c.Allows(2));
@@ -120,7 +120,7 @@ TEST(Sampler, JsonObjectConstraintShapesGreedyAndSampledOutput) {
     p.temperature = temperature;
     p.seed = 3;
     Sampler s(p);
-    s.SetConstraint(std::make_unique<JsonObjectConstraint>(table));
+    s.SetConstraint(std::make_unique<JsonObjectConstraint>(table, JsonRecognizer()));
     JsonRecognizer check;
     std::mt19937 noise(7);
     std::vector<int32_t> out;

@@ -33,7 +33,7 @@ class Sampler {
   SampleResult Sample(float* logits, int vocab, const std::vector<int32_t>& history,
                       size_t output_start = 0);
   // Holds the output to a grammar (response_format json_object) from the next token on.
-  void SetConstraint(std::unique_ptr<JsonObjectConstraint> constraint) {
+  void SetConstraint(std::unique_ptr<TokenConstraint> constraint) {
     constraint_ = std::move(constraint);
   }
 
@@ -42,7 +42,7 @@ class Sampler {
   SampleResult Draw(const float* logits, int vocab);
 
   SamplingParams p_;
-  std::unique_ptr<JsonObjectConstraint> constraint_;
+  std::unique_ptr<TokenConstraint> constraint_;
   std::vector<int32_t> held_back_;  // ids that cannot be drawn before min_tokens
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;

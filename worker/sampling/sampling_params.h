@@ -27,7 +27,9 @@ struct SamplingParams {
   std::vector<std::string> stop;   // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
-  std::string response_format;     // "" or "text": free; "json_object": one JSON object
+  std::string response_format;     // "" or "text": free; "json_object": one JSON object;
+                                   // "json_schema": a value matching json_schema
+  std::string json_schema;         // the JSON Schema text (response_format json_schema)
   int logprobs = -1;               // -1 = none; 0 = the chosen token's; n = also top n (<= 20)
 };
 

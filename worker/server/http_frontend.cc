@@ -16,7 +16,7 @@
 namespace tinyserve {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 namespace v1 = tinyserve::v1;
 
 constexpr auto kUnaryTimeout = std::chrono::seconds(30);

@@ -14,7 +14,7 @@
 namespace tinyserve::openai {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 namespace v1 = tinyserve::v1;
 
 constexpr int kMaxChoices = 64;
@@ -284,9 +284,16 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
     const std::string type = format->is_object() ? format->value("type", "") : "";
     if (type == "json_object") {
       s->set_response_format(type);
+    } else if (type == "json_schema") {
+      // {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}
+      const json* spec = format->contains("json_schema") ? &(*format)["json_schema"] : nullptr;
+      if (spec == nullptr || !spec->is_object() || !spec->contains("schema")) {
+        return Bad("response_format.json_schema.schema", "is required");
+      }
+      s->set_response_format(type);
+      s->set_json_schema((*spec)["schema"].dump());
     } else if (type != "text") {
-      return Bad("response_format",
-                 "only {\"type\": \"text\"} and {\"type\": \"json_object\"} are supported");
+      return Bad("response_format", "type must be text, json_object or json_schema");
     }
   }
   return f.status();

@@ -42,6 +42,10 @@
 
 namespace tinyserve::openai {
 
+// JSON with keys in insertion order: request schemas keep their property order (it is the order
+// json_schema output is written in) and responses read in OpenAI's field order.
+using Json = nlohmann::ordered_json;
+
 enum class Endpoint { kCompletions, kChat };
 
 // The absl::Status payload key holding the request field an INVALID_ARGUMENT error is about.
@@ -69,7 +73,7 @@ struct ParsedRequest {
 inline constexpr int kMaxJsonDepth = 32;
 
 // A request body: a JSON object nested at most kMaxJsonDepth deep, else INVALID_ARGUMENT.
-absl::StatusOr<nlohmann::json> ParseBody(std::string_view body);
+absl::StatusOr<Json> ParseBody(std::string_view body);
 
 // Parses and checks a request body. request_id names the calls (request_id-i).
 absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
@@ -79,10 +83,9 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
 int HttpStatusOf(grpc::StatusCode code);
 // The OpenAI error object {"error": {"message", "type", "param", "code"}}. "param" is `param`;
 // unset, it is the field a 400's message starts with (TinyServe's messages name it first).
-nlohmann::json ErrorBody(const grpc::Status& status,
-                         std::optional<std::string> param = std::nullopt);
+Json ErrorBody(const grpc::Status& status, std::optional<std::string> param = std::nullopt);
 // The same for an absl::Status, with "param" taken from its kParamPayload.
-nlohmann::json ErrorBody(const absl::Status& status);
+Json ErrorBody(const absl::Status& status);
 
 // Builds the answer from the calls' responses, in arrival order. For a streamed request,
 // OnResponse returns the server-sent events to send now ("data: {...}\n\n"); otherwise it
@@ -104,17 +107,17 @@ class ResponseBuilder {
  private:
   struct Choice {
     std::string text;
-    nlohmann::json logprobs;  // completions: {tokens, ...}; chat: {content: [...]}
+    Json logprobs;            // completions: {tokens, ...}; chat: {content: [...]}
     int text_offset = 0;      // completions logprobs: bytes of text so far
     std::string finish_reason;
     bool started = false;  // streamed: the first event was sent
     tinyserve::v1::Complete complete;
   };
-  nlohmann::json ChunkObject(nlohmann::json choices) const;
-  nlohmann::json ChoiceDelta(int index, const std::string& text, const nlohmann::json& logprobs,
-                             const std::string& finish_reason, bool first) const;
-  void AddLogprobs(Choice& choice, const tinyserve::v1::Chunk& chunk, nlohmann::json* delta);
-  nlohmann::json Usage() const;
+  Json ChunkObject(Json choices) const;
+  Json ChoiceDelta(int index, const std::string& text, const Json& logprobs,
+                   const std::string& finish_reason, bool first) const;
+  void AddLogprobs(Choice& choice, const tinyserve::v1::Chunk& chunk, Json* delta);
+  Json Usage() const;
 
   const ParsedRequest& request_;
   std::string id_;

@@ -7,7 +7,7 @@
 namespace tinyserve::openai {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 namespace v1 = tinyserve::v1;
 
 const ServedModel kModel{"SmolLM2-135M-Instruct", 8192};
@@ -76,6 +76,14 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
   ParsedRequest json_mode = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user",
       "content": "x"}], "response_format": {"type": "json_object"}})");
   EXPECT_EQ(json_mode.calls[0].sampling().response_format(), "json_object");
+  // A schema passes through with its properties in the order written (the output's order).
+  ParsedRequest schema = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user",
+      "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"name": "p",
+      "strict": true, "schema": {"type": "object", "properties": {"zeta": {"type": "string"},
+      "alpha": {"type": "integer"}}}}}})");
+  EXPECT_EQ(schema.calls[0].sampling().response_format(), "json_schema");
+  const std::string& text = schema.calls[0].sampling().json_schema();
+  EXPECT_LT(text.find("zeta"), text.find("alpha")) << text;
   EXPECT_TRUE(r.logprobs);
   EXPECT_EQ(c.selection().policy(), "quest");
   EXPECT_EQ(c.selection().budget(), 512);
@@ -159,6 +167,9 @@ TEST(OpenAiParse, BadInputNamesTheField) {
             "tools");
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
                                "response_format": {"type": "json_schema"}})"),
+            "response_format.json_schema.schema");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+                               "response_format": {"type": "yaml"}})"),
             "response_format");
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
                                "top_logprobs": 2})"),

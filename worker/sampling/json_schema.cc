@@ -1,0 +1,350 @@
+#include "worker/sampling/json_schema.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace tinyserve {
+
+using ojson = nlohmann::ordered_json;  // properties keep the schema's order
+
+class SchemaCompiler {
+ public:
+  absl::Status Compile(const ojson& s, const std::string& path, int depth, int* out);
+  std::vector<SchemaNode> nodes;
+
+ private:
+  static absl::Status Bad(const std::string& path, absl::string_view message) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
+  }
+  static std::string Dump(const ojson& v) {
+    return v.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  }
+  static absl::StatusOr<int> Count(const ojson& s, const char* key, const std::string& path,
+                                   int fallback) {
+    auto it = s.find(key);
+    if (it == s.end()) return fallback;
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > INT_MAX) {
+      return Bad(absl::StrCat(path, ".", key), "must be a non-negative integer");
+    }
+    return static_cast<int>(it->get<uint64_t>());
+  }
+};
+
+absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, int depth, int* out) {
+  if (depth > SchemaRecognizer::kMaxDepth) return Bad(path, "nests deeper than 16 levels");
+  const int index = static_cast<int>(nodes.size());
+  *out = index;
+  nodes.emplace_back();
+  SchemaNode node;
+  if (s.is_boolean() && s.get<bool>()) {  // `true`: anything
+    nodes[index] = node;
+    return absl::OkStatus();
+  }
+  if (!s.is_object()) return Bad(path, "must be a schema object");
+  for (const char* k : {"$ref", "anyOf", "oneOf", "allOf", "not", "if", "patternProperties",
+                        "pattern", "prefixItems"}) {
+    if (s.contains(k)) return Bad(absl::StrCat(path, ".", k), "is not supported");
+  }
+  auto literal_ok = [](const ojson& v) { return !v.is_object() && !v.is_array(); };
+  if (auto c = s.find("const"); c != s.end()) {
+    if (!literal_ok(*c)) return Bad(path + ".const", "must be a scalar");
+    node.kind = SchemaNode::Kind::kLiterals;
+    node.literals = {Dump(*c)};
+  } else if (auto e = s.find("enum"); e != s.end()) {
+    if (!e->is_array() || e->empty() || e->size() > 64) {
+      return Bad(path + ".enum", "must list 1 to 64 values");
+    }
+    std::set<std::string> seen;
+    node.kind = SchemaNode::Kind::kLiterals;
+    for (const ojson& v : *e) {
+      if (!literal_ok(v)) return Bad(path + ".enum", "values must be scalars");
+      if (seen.insert(Dump(v)).second) node.literals.push_back(Dump(v));
+    }
+  } else if (auto t = s.find("type"); t != s.end()) {
+    if (!t->is_string())
+      return Bad(path + ".type", "must be one type name (lists are not supported)");
+    const std::string type = t->get<std::string>();
+    if (type == "object") {
+      node.kind = SchemaNode::Kind::kObject;
+      if (auto p = s.find("properties"); p != s.end()) {
+        if (!p->is_object()) return Bad(path + ".properties", "must be an object");
+        for (const auto& [key, sub] : p->items()) {
+          int child = 0;
+          if (auto st = Compile(sub, absl::StrCat(path, ".properties.", key), depth + 1, &child);
+              !st.ok()) {
+            return st;
+          }
+          node.keys.push_back(Dump(ojson(key)));
+          node.children.push_back(child);
+        }
+      }
+    } else if (type == "array") {
+      node.kind = SchemaNode::Kind::kArray;
+      int child = 0;
+      auto items = s.find("items");
+      if (auto st =
+              Compile(items == s.end() ? ojson(true) : *items, path + ".items", depth + 1, &child);
+          !st.ok()) {
+        return st;
+      }
+      node.children = {child};
+      auto lo = Count(s, "minItems", path, 0);
+      auto hi = Count(s, "maxItems", path, INT_MAX);
+      if (!lo.ok()) return lo.status();
+      if (!hi.ok()) return hi.status();
+      if (*lo > *hi) return Bad(path, "minItems is over maxItems");
+      node.min_items = *lo;
+      node.max_items = *hi;
+    } else if (type == "string") {
+      node.kind = SchemaNode::Kind::kString;
+    } else if (type == "number" || type == "integer") {
+      node.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
+    } else if (type == "boolean") {
+      node.kind = SchemaNode::Kind::kLiterals;
+      node.literals = {"true", "false"};
+    } else if (type == "null") {
+      node.kind = SchemaNode::Kind::kLiterals;
+      node.literals = {"null"};
+    } else {
+      return Bad(path + ".type", absl::StrCat("unknown type '", type, "'"));
+    }
+  }
+  nodes[index] = std::move(node);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::string_view text) {
+  const ojson s = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (s.is_discarded()) return absl::InvalidArgumentError("json_schema: not valid JSON");
+  SchemaCompiler c;
+  int root = 0;
+  if (auto st = c.Compile(s, "json_schema", 0, &root); !st.ok()) return st;
+  auto schema = std::shared_ptr<JsonSchema>(new JsonSchema());
+  schema->nodes_ = std::move(c.nodes);
+  return std::shared_ptr<const JsonSchema>(std::move(schema));
+}
+
+namespace {
+
+// Object and array phases.
+enum Phase : uint8_t {
+  kOpen = 0,     // after '{' or '['
+  kKeyText = 1,  // inside a key (Frame::mask = bytes of it matched)
+  kColon = 2,
+  kValue = 3,  // object: after ':'; array: after ','
+  kKey = 4,    // object: after ','
+  kAfter = 5,  // after a member or element
+};
+// String phases.
+enum StringPhase : uint8_t { kBody = 0, kEscape = 1, kUnicode = 2 };
+
+bool IsHex(unsigned char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+}  // namespace
+
+bool SchemaRecognizer::Feed(std::string_view bytes) {
+  for (unsigned char c : bytes) {
+    if (!Byte(c)) return false;
+  }
+  return true;
+}
+
+bool SchemaRecognizer::Whitespace() { return ++whitespace_ <= kMaxJsonWhitespace; }
+
+bool SchemaRecognizer::Complete() const {
+  if (done_) return true;
+  if (depth_ != 1) return false;
+  const Frame& f = stack_[0];
+  const SchemaNode& n = NodeOf(f);
+  switch (n.kind) {
+    case SchemaNode::Kind::kAny:
+      return any_.CanEnd();
+    case SchemaNode::Kind::kNumber:
+    case SchemaNode::Kind::kInteger:
+      return NumberCanEnd(static_cast<NumState>(f.sub));
+    case SchemaNode::Kind::kLiterals:
+      for (size_t i = 0; i < n.literals.size(); ++i) {
+        if ((f.mask >> i & 1) && n.literals[i].size() == f.index) return true;
+      }
+      return false;
+    default:
+      return false;
+  }
+}
+
+bool SchemaRecognizer::EndValue() {
+  if (--depth_ == 0) done_ = true;
+  return true;
+}
+
+bool SchemaRecognizer::StartValue(int node, unsigned char c) {
+  if (depth_ == kMaxDepth) return false;
+  const SchemaNode& n = schema_->nodes()[node];
+  Frame f;
+  f.node = static_cast<int16_t>(node);
+  switch (n.kind) {
+    case SchemaNode::Kind::kAny:
+      any_ = JsonRecognizer(/*object_only=*/false);
+      if (!any_.Byte(c)) return false;
+      break;
+    case SchemaNode::Kind::kObject:
+      if (c != '{') return false;
+      break;
+    case SchemaNode::Kind::kArray:
+      if (c != '[') return false;
+      break;
+    case SchemaNode::Kind::kString:
+      if (c != '"') return false;
+      break;
+    case SchemaNode::Kind::kNumber:
+    case SchemaNode::Kind::kInteger: {
+      NumState s;
+      if (!NumberStart(c, &s)) return false;
+      f.sub = static_cast<uint8_t>(s);
+      f.index = 1;
+      break;
+    }
+    case SchemaNode::Kind::kLiterals:
+      for (size_t i = 0; i < n.literals.size(); ++i) {
+        if (static_cast<unsigned char>(n.literals[i][0]) == c) f.mask |= uint64_t{1} << i;
+      }
+      if (f.mask == 0) return false;
+      f.index = 1;
+      break;
+  }
+  stack_[depth_++] = f;
+  return true;
+}
+
+bool SchemaRecognizer::Byte(unsigned char c) {
+  const bool ws = IsJsonWhitespace(c);
+  if (!ws) whitespace_ = 0;
+  if (done_) return ws && Whitespace();
+  if (depth_ == 0) return ws ? Whitespace() : StartValue(0, c);
+  Frame& f = stack_[depth_ - 1];
+  const SchemaNode& n = NodeOf(f);
+  switch (n.kind) {
+    case SchemaNode::Kind::kAny: {
+      JsonRecognizer next = any_;
+      if (next.Byte(c)) {
+        any_ = next;
+        return true;
+      }
+      if (!any_.CanEnd()) return false;
+      EndValue();
+      return Byte(c);  // c belongs to what follows
+    }
+    case SchemaNode::Kind::kString:
+      switch (f.phase) {
+        case kBody:
+          if (c == '"') return EndValue();
+          if (c == '\\') f.phase = kEscape;
+          return c >= 0x20;
+        case kEscape:
+          if (c == 'u') {
+            f.phase = kUnicode;
+            f.sub = 4;
+            return true;
+          }
+          f.phase = kBody;
+          return c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
+                 c == 'r' || c == 't';
+        default:
+          if (!IsHex(c)) return false;
+          if (--f.sub == 0) f.phase = kBody;
+          return true;
+      }
+    case SchemaNode::Kind::kNumber:
+    case SchemaNode::Kind::kInteger: {
+      NumState s = static_cast<NumState>(f.sub);
+      switch (NumberNext(c, n.kind == SchemaNode::Kind::kInteger, &s)) {
+        case NumStep::kMore:
+          f.sub = static_cast<uint8_t>(s);
+          return ++f.index <= kMaxJsonNumber;
+        case NumStep::kEnded:
+          EndValue();
+          return Byte(c);
+        default:
+          return false;
+      }
+    }
+    case SchemaNode::Kind::kLiterals: {
+      uint64_t next = 0;
+      bool whole = false;  // a candidate ends exactly here
+      for (size_t i = 0; i < n.literals.size(); ++i) {
+        if (!(f.mask >> i & 1)) continue;
+        const std::string& lit = n.literals[i];
+        if (lit.size() == f.index) whole = true;
+        if (lit.size() > f.index && static_cast<unsigned char>(lit[f.index]) == c) {
+          next |= uint64_t{1} << i;
+        }
+      }
+      if (next != 0) {
+        f.mask = next;
+        ++f.index;
+        return true;
+      }
+      if (!whole) return false;
+      EndValue();
+      return Byte(c);
+    }
+    case SchemaNode::Kind::kObject:
+      if (f.phase == kKeyText) {
+        const std::string& key = n.keys[f.index];
+        if (static_cast<unsigned char>(key[f.mask]) != c) return false;
+        if (++f.mask == key.size()) f.phase = kColon;
+        return true;
+      }
+      if (ws) return Whitespace();
+      switch (f.phase) {
+        case kOpen:
+          if (n.keys.empty()) return c == '}' && EndValue();
+          [[fallthrough]];
+        case kKey:  // every property, in order (strict)
+          if (c != '"') return false;
+          f.phase = kKeyText;
+          f.mask = 1;
+          return true;
+        case kColon:
+          if (c != ':') return false;
+          f.phase = kValue;
+          return true;
+        case kValue:
+          f.phase = kAfter;
+          return StartValue(n.children[f.index], c);
+        default:  // kAfter
+          if (f.index + 1 < n.keys.size()) {
+            if (c != ',') return false;
+            ++f.index;
+            f.phase = kKey;
+            return true;
+          }
+          return c == '}' && EndValue();
+      }
+    case SchemaNode::Kind::kArray:
+      if (ws) return Whitespace();
+      switch (f.phase) {
+        case kOpen:
+          if (c == ']' && n.min_items == 0) return EndValue();
+          if (n.max_items == 0) return false;
+          [[fallthrough]];
+        case kValue:
+          ++f.index;
+          f.phase = kAfter;
+          return StartValue(n.children[0], c);
+        default:  // kAfter
+          if (c == ',' && f.index < static_cast<uint32_t>(n.max_items)) {
+            f.phase = kValue;
+            return true;
+          }
+          return c == ']' && f.index >= static_cast<uint32_t>(n.min_items) && EndValue();
+      }
+  }
+  return false;
+}
+
+}  // namespace tinyserve

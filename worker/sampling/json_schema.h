@@ -1,0 +1,85 @@
+// File: worker/sampling/json_schema.h
+// JSON Schema for constrained decoding (OpenAI's response_format json_schema): a schema is
+// compiled once into nodes, and a SchemaRecognizer checks output bytes against it.
+//
+// Supported, as OpenAI's strict mode: "type" object (with "properties": every property is
+// written, in the schema's order; "required" and "additionalProperties" are read as strict),
+// array ("items", "minItems", "maxItems"), string, number, integer, boolean, null; "enum" and
+// "const" of scalars; a schema without "type" accepts any JSON value. Refused with an error
+// naming the schema path: "$ref", "anyOf", "oneOf", "allOf", "not", a list of types, and any
+// "type" not listed. Nesting: at most 16 levels of schemas.
+//
+// Thread safety: a compiled JsonSchema is immutable (shared); a SchemaRecognizer is per request.
+#pragma once
+
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/sampling/json_constraint.h"
+
+namespace tinyserve {
+
+struct SchemaNode {
+  enum class Kind : uint8_t { kAny, kObject, kArray, kString, kNumber, kInteger, kLiterals };
+  Kind kind = Kind::kAny;
+  std::vector<std::string> keys;  // kObject: each key as a JSON string ("\"name\"")
+  std::vector<int> children;      // kObject: the node of each key; kArray: {items}
+  int min_items = 0;              // kArray
+  int max_items = INT_MAX;
+  std::vector<std::string> literals;  // kLiterals: the JSON texts allowed (enum, const, bool, null)
+};
+
+class JsonSchema {
+ public:
+  // INVALID_ARGUMENT naming the schema path ("json_schema.properties.age.type: ...").
+  static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(std::string_view schema);
+  const std::vector<SchemaNode>& nodes() const { return nodes_; }  // nodes_[0] is the root
+
+ private:
+  std::vector<SchemaNode> nodes_;
+  friend class SchemaCompiler;
+};
+
+// Byte-level recognizer of one JSON value matching a compiled schema. Copyable (fixed arrays);
+// whitespace between tokens is bounded as in JsonRecognizer.
+class SchemaRecognizer {
+ public:
+  explicit SchemaRecognizer(const JsonSchema* schema) : schema_(schema) {}
+
+  // False when the bytes cannot continue a matching value (the state is then unspecified).
+  bool Feed(std::string_view bytes);
+  // The value is whole: only whitespace may follow.
+  bool Complete() const;
+
+  static constexpr int kMaxDepth = 16;
+
+ private:
+  struct Frame {
+    int16_t node = 0;
+    uint8_t phase = 0;
+    uint8_t sub = 0;     // string: hex digits left in \uXXXX; number: its state
+    uint32_t index = 0;  // object: key; array: items so far; number/literal: bytes read
+    uint64_t mask = 0;   // literals: the candidates still possible
+  };
+
+  bool Byte(unsigned char c);
+  bool StartValue(int node, unsigned char c);
+  bool EndValue();  // pops the finished value; the parent expects what follows it
+  bool Whitespace();
+  const SchemaNode& NodeOf(const Frame& f) const { return schema_->nodes()[f.node]; }
+
+  const JsonSchema* schema_;
+  std::array<Frame, kMaxDepth> stack_{};
+  int depth_ = 0;
+  bool done_ = false;
+  uint8_t whitespace_ = 0;
+  JsonRecognizer any_{/*object_only=*/false};  // the innermost schema-less value
+};
+
+}  // namespace tinyserve

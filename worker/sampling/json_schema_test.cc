@@ -1,0 +1,165 @@
+#include "worker/sampling/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "worker/sampling/sampler.h"
+
+namespace tinyserve {
+namespace {
+
+std::shared_ptr<const JsonSchema> MustCompile(const std::string& schema) {
+  auto s = JsonSchema::Compile(schema);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : nullptr;
+}
+
+// Whether `text` is accepted (every byte) and whether the value is then complete.
+std::pair<bool, bool> Check(const JsonSchema& schema, std::string_view text) {
+  SchemaRecognizer r(&schema);
+  const bool ok = r.Feed(text);
+  return {ok, ok && r.Complete()};
+}
+
+const char kPerson[] = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string"},
+    "age": {"type": "integer"},
+    "height": {"type": "number"},
+    "languages": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+    "role": {"enum": ["admin", "user", 3, null]},
+    "active": {"type": "boolean"},
+    "extra": {},
+    "nothing": {"type": "null"}
+  },
+  "required": ["name", "age"],
+  "additionalProperties": false
+})";
+
+TEST(JsonSchema, AcceptsMatchingValuesAndEveryPrefix) {
+  auto schema = MustCompile(kPerson);
+  const std::string docs[] = {
+      R"({"name": "Ada", "age": 36, "height": 1.7e0, "languages": ["en", "fr"], "role": "admin",
+          "active": true, "extra": {"any": [1, "x", null]}, "nothing": null})",
+      R"({"name":"B\"o\u00e9","age":-0,"height":-12,"languages":["x"],"role":3,"active":false,"extra":-1.5,"nothing":null})",
+      "{\n  \"name\": \"C\",\n  \"age\": 7,\n  \"height\": 0.5,\n  \"languages\": [\"a\", \"b\", "
+      "\"c\"],\n  \"role\": null,\n  \"active\": true,\n  \"extra\": \"s\",\n  \"nothing\": "
+      "null\n}\n",
+  };
+  for (const std::string& d : docs) {
+    EXPECT_EQ(Check(*schema, d), std::make_pair(true, true)) << d;
+    for (size_t n = 0; n < d.size(); ++n) {
+      const auto [ok, complete] = Check(*schema, d.substr(0, n));
+      EXPECT_TRUE(ok) << d.substr(0, n);
+      // Incomplete before the closing brace; trailing whitespace may follow a whole value.
+      if (n <= d.find_last_of('}')) {
+        EXPECT_FALSE(complete) << d.substr(0, n);
+      }
+    }
+  }
+}
+
+TEST(JsonSchema, RejectsWhatBreaksTheSchema) {
+  auto schema = MustCompile(kPerson);
+  const std::string head = R"({"name": "A", "age": )";
+  const std::string bad[] = {
+      R"({"age": 3)",                               // properties come in the schema's order
+      R"({"name": 5)",                              // a string expected
+      head + "1.5",                                 // an integer expected
+      head + "\"7\"",                               // a number, not a string
+      head + R"(1, "height": 2, "languages": [])",  // minItems 1
+      head + R"(1, "height": 2, "languages": ["a","b","c","d"])",       // maxItems 3
+      head + R"(1, "height": 2, "languages": ["a"], "role": "guest")",  // not in the enum
+      head + R"(1, "height": 2, "languages": ["a"], "role": 4)",
+      head + R"(1, "height": 2, "languages": ["a"], "role": "admin", "active": 1)",
+      head + R"(1, "height": 2, "languages": ["a"], "role": "admin", "active": true, "extra": 1,
+               "nothing": null, "more": 1)",  // no additional properties
+      head + R"(1})",                         // a property missing (strict)
+  };
+  for (const std::string& b : bad) EXPECT_FALSE(Check(*schema, b).first) << b;
+}
+
+TEST(JsonSchema, ScalarsAndAnyAtTheRoot) {
+  auto number = MustCompile(R"({"type": "number"})");
+  EXPECT_EQ(Check(*number, "12"), std::make_pair(true, true));  // may end here
+  EXPECT_EQ(Check(*number, "12."), std::make_pair(true, false));
+  EXPECT_FALSE(Check(*number, "12 3").first);
+  auto color = MustCompile(R"({"enum": ["red", "reddish"]})");
+  EXPECT_EQ(Check(*color, R"("red")"), std::make_pair(true, true));
+  EXPECT_EQ(Check(*color, R"("redd)"), std::make_pair(true, false));
+  EXPECT_FALSE(Check(*color, R"("blue")").first);
+  auto any = MustCompile("{}");
+  EXPECT_EQ(Check(*any, "[1, {\"a\": null}]"), std::make_pair(true, true));
+  EXPECT_EQ(Check(*any, "-3"), std::make_pair(true, true));
+  auto konst = MustCompile(R"({"const": "yes"})");
+  EXPECT_EQ(Check(*konst, R"("yes")"), std::make_pair(true, true));
+  EXPECT_FALSE(Check(*konst, R"("no")").first);
+  auto empty = MustCompile(R"({"type": "object"})");
+  EXPECT_EQ(Check(*empty, "{ }"), std::make_pair(true, true));
+  EXPECT_FALSE(Check(*empty, R"({"a": 1})").first);
+}
+
+TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePath) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"anyOf": [{"type": "string"}]})", "json_schema.anyOf"},
+      {R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}})",
+       "json_schema.properties.a.$ref"},
+      {R"({"type": ["string", "null"]})", "json_schema.type"},
+      {R"({"type": "decimal"})", "json_schema.type"},
+      {R"({"type": "string", "pattern": "^a"})", "json_schema.pattern"},
+      {R"({"type": "array", "minItems": 3, "maxItems": 2})", "json_schema"},
+      {R"({"enum": []})", "json_schema.enum"},
+      {R"([1])", "json_schema"},
+      {"{nope", "json_schema"},
+  };
+  for (const auto& [schema, path] : cases) {
+    auto s = JsonSchema::Compile(schema);
+    ASSERT_FALSE(s.ok()) << schema;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(s.status().message()).rfind(path, 0), 0u) << s.status();
+  }
+  std::string nested = "{}";
+  for (int i = 0; i < 20; ++i) nested = R"({"type": "array", "items": )" + nested + "}";
+  EXPECT_FALSE(JsonSchema::Compile(nested).ok());
+}
+
+TEST(JsonSchema, ConstraintSteersASamplerToAMatchingValue) {
+  auto schema = MustCompile(
+      R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}}})");
+  auto table = std::make_shared<TokenTable>();
+  for (const char* t : {"<eos>", "hello", "{", "}", "\"ok\"", ":", " true", "false", ",", "\"n\"",
+                        "1", "2", ".5", " "}) {
+    table->bytes.push_back(t);
+    table->kind.push_back(std::string(t) == "<eos>" ? TokenTable::kEnd : TokenTable::kNormal);
+  }
+  for (float temperature : {0.0f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.seed = 11;
+    Sampler s(p);
+    s.SetConstraint(std::make_unique<RecognizerConstraint<SchemaRecognizer>>(
+        table, SchemaRecognizer(schema.get())));
+    std::mt19937 noise(5);
+    std::string text;
+    std::vector<int32_t> out;
+    for (int step = 0; step < 60; ++step) {
+      std::vector<float> logits(table->bytes.size());
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      for (float& l : logits) l = u(noise);
+      logits[1] = 9.0f;   // prose
+      logits[12] = 8.0f;  // a fraction where an integer goes
+      if (step > 8) logits[0] = 7.0f;
+      const int32_t id = s.Sample(logits.data(), static_cast<int>(logits.size()), out).id;
+      out.push_back(id);
+      if (id == 0) break;
+      text += table->bytes[id];
+    }
+    ASSERT_EQ(out.back(), 0) << text;
+    EXPECT_EQ(Check(*schema, text), std::make_pair(true, true)) << text;
+  }
+}
+
+}  // namespace
+}  // namespace tinyserve
