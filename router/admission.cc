@@ -1,17 +1,21 @@
 #include "router/admission.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace tinyserve {
 
-Admission::Result Admission::Acquire(const void* token, std::function<void()> on_admit) {
+Admission::Result Admission::Acquire(const void* token, std::function<void()> on_admit,
+                                     int priority) {
   std::lock_guard<std::mutex> lock(mu_);
   if (inflight_ < max_inflight_ && queue_.empty()) {
     ++inflight_;
     return Result::kAdmitted;
   }
   if (static_cast<int>(queue_.size()) >= max_queue_) return Result::kRejected;
-  queue_.push_back({token, std::move(on_admit)});
+  auto at = queue_.end();  // after every waiter of this priority or a more urgent one
+  while (at != queue_.begin() && std::prev(at)->priority > priority) --at;
+  queue_.insert(at, {token, std::move(on_admit), priority});
   waiting_gauge_->Set(static_cast<double>(queue_.size()));
   return Result::kQueued;
 }

@@ -1,7 +1,8 @@
 // File: router/admission.h
 // The router's bound on work: at most max_inflight requests proxied at once, and at most
-// max_queue more waiting (FIFO) for a slot; beyond that, RESOURCE_EXHAUSTED. A waiting request
-// whose client goes away leaves the queue (Cancel).
+// max_queue more waiting for a slot, by priority (lower first, as GenerateRequest.priority)
+// and FIFO within one; beyond that, RESOURCE_EXHAUSTED. A waiting request whose client goes
+// away leaves the queue (Cancel).
 //
 // Threading: thread-safe. Admission callbacks run on the thread that released the slot,
 // without the mutex held.
@@ -23,7 +24,7 @@ class Admission {
   enum class Result { kAdmitted, kQueued, kRejected };
   // Takes a slot now (kAdmitted), or queues `on_admit` to run when one frees (kQueued), or
   // neither (kRejected). `token` identifies the waiter for Cancel.
-  Result Acquire(const void* token, std::function<void()> on_admit);
+  Result Acquire(const void* token, std::function<void()> on_admit, int priority = 0);
   // Removes a queued waiter; false if it was not queued (already admitted or unknown).
   bool Cancel(const void* token);
   // Frees a slot (hands it to the first waiter, if any).
@@ -36,6 +37,7 @@ class Admission {
   struct Waiter {
     const void* token;
     std::function<void()> on_admit;
+    int priority;
   };
   const int max_inflight_, max_queue_;
   prometheus::Gauge* waiting_gauge_;

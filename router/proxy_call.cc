@@ -67,7 +67,8 @@ ProxyCall::ProxyCall(RouterCore* core, grpc::CallbackServerContext* context,
     // Held across Acquire so a slot freed at once on another thread (which runs Admitted)
     // sees queued_ already set.
     std::lock_guard<std::mutex> lock(mu_);
-    admitted = core_->admission->Acquire(this, [this] { Admitted(); });
+    admitted = core_->admission->Acquire(
+        this, [this] { Admitted(); }, request_.priority());
     queued_ = admitted == Admission::Result::kQueued;
   }
   if (admitted == Admission::Result::kAdmitted) {

@@ -50,6 +50,22 @@ TEST(Admission, BoundsInflightAndQueue) {
   EXPECT_EQ(a.inflight(), 0);
 }
 
+TEST(Admission, QueueIsByPriorityThenFifo) {
+  RouterMetrics metrics("test", "round_robin");
+  Admission a(/*max_inflight=*/1, /*max_queue=*/8, &metrics.waiting());
+  std::vector<char> order;
+  char holder = 'h', w1 = '1', w2 = '2', w3 = '3', w4 = '4';
+  EXPECT_EQ(a.Acquire(&holder, [] {}), Admission::Result::kAdmitted);
+  for (auto [token, priority] : {std::pair{&w1, 0}, {&w2, 5}, {&w3, -1}, {&w4, 0}}) {
+    char name = *token;
+    EXPECT_EQ(a.Acquire(
+                  token, [&order, name] { order.push_back(name); }, priority),
+              Admission::Result::kQueued);
+  }
+  for (int i = 0; i < 4; ++i) a.Release();
+  EXPECT_EQ(order, (std::vector<char>{'3', '1', '4', '2'}));
+}
+
 class RoutingPolicyTest : public ::testing::Test {
  protected:
   void SetUp() override {
