@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
       HttpFrontend::StartFor(r->server_.get(),
                              {options.host, options.http_port, options.http_threads,
                               options.max_message_bytes, TINYSERVE_VERSION, options.http_api_key},
-                             r->metrics_->registry().get());
+                             r->metrics_->registry().get(), r->metrics_->registry());
   if (!http.ok()) {
     r->server_->Shutdown();
     return http.status();

@@ -158,6 +158,13 @@ class OpenAiHttpTest(cl.ClusterCase):
             self.assertEqual(h.status, 200)
         self.assertGreater(cl.metric(r.metrics(), "tinyserve_http_requests_total",
                                      route="completions", code="200") or 0, 0)
+        # The same metrics on the HTTP port (vLLM serves /metrics there), router and worker.
+        for port, name in ((r.http_port, "tinyserve_router_requests_total"),
+                           (whttp, "tinyserve_requests_total")):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as m:
+                text = m.read().decode()
+            self.assertIsNotNone(cl.metric(text, name), name)
+            self.assertIsNotNone(cl.metric(text, "tinyserve_http_requests_total"))
 
     def test_bad_requests(self):
         import openai

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "prometheus/text_serializer.h"
 
 namespace tinyserve {
 namespace {
@@ -146,8 +147,12 @@ bool SameSecret(std::string_view a, std::string_view b) {
 }  // namespace
 
 HttpFrontend::HttpFrontend(const HttpFrontendOptions& options,
-                           std::shared_ptr<grpc::Channel> channel, prometheus::Registry* registry)
-    : options_(options), channel_(std::move(channel)), stub_(v1::TinyServe::NewStub(channel_)) {
+                           std::shared_ptr<grpc::Channel> channel, prometheus::Registry* registry,
+                           std::shared_ptr<prometheus::Collectable> metrics)
+    : options_(options),
+      channel_(std::move(channel)),
+      stub_(v1::TinyServe::NewStub(channel_)),
+      metrics_(std::move(metrics)) {
   if (registry != nullptr) {
     requests_ = &prometheus::BuildCounter()
                      .Name("tinyserve_http_requests_total")
@@ -160,8 +165,9 @@ HttpFrontend::HttpFrontend(const HttpFrontendOptions& options,
 
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
     const HttpFrontendOptions& options, std::shared_ptr<grpc::Channel> channel,
-    prometheus::Registry* registry) {
-  std::unique_ptr<HttpFrontend> f(new HttpFrontend(options, std::move(channel), registry));
+    prometheus::Registry* registry, std::shared_ptr<prometheus::Collectable> metrics) {
+  std::unique_ptr<HttpFrontend> f(
+      new HttpFrontend(options, std::move(channel), registry, std::move(metrics)));
   mg_init_library(0);
   const std::string listen = absl::StrCat(options.host, ":", options.port);
   const std::string threads = std::to_string(options.threads);
@@ -191,9 +197,11 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
 }
 
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::StartFor(
-    grpc::Server* server, const HttpFrontendOptions& options, prometheus::Registry* registry) {
+    grpc::Server* server, const HttpFrontendOptions& options, prometheus::Registry* registry,
+    std::shared_ptr<prometheus::Collectable> metrics) {
   if (options.port == 0) return std::unique_ptr<HttpFrontend>();
-  return Start(options, server->InProcessChannel(grpc::ChannelArguments()), registry);
+  return Start(options, server->InProcessChannel(grpc::ChannelArguments()), registry,
+               std::move(metrics));
 }
 
 HttpFrontend::~HttpFrontend() { Stop(); }
@@ -237,6 +245,7 @@ int HttpFrontend::Route(mg_connection* conn) {
       {"/detokenize", "POST", "detokenize"},
       {"/health", "GET", "health"},
       {"/version", "GET", "version"},
+      {"/metrics", "GET", "metrics"},
   };
   const RouteSpec* route = nullptr;
   for (const RouteSpec& r : kRoutes) {
@@ -256,7 +265,7 @@ int HttpFrontend::Route(mg_connection* conn) {
   }
 
   const std::string_view label = route->label;
-  if (!options_.api_key.empty() && label != "health" && label != "version") {
+  if (!options_.api_key.empty() && label != "health" && label != "version" && label != "metrics") {
     const char* auth = mg_get_header(conn, "Authorization");
     if (auth == nullptr || !SameSecret(auth, "Bearer " + options_.api_key)) {
       const int code = SendError(conn, 401, "a valid API key is required (Authorization: Bearer)",
@@ -302,6 +311,8 @@ int HttpFrontend::Route(mg_connection* conn) {
     code = Detokenize(conn, body);
   } else if (label == "health") {
     code = Health(conn);
+  } else if (label == "metrics") {
+    code = Metrics(conn);
   } else {
     code = SendBody(conn, 200, Dump({{"version", options_.version}}));
   }
@@ -443,6 +454,12 @@ int HttpFrontend::Detokenize(mg_connection* conn, const std::string& body) {
   v1::DetokenizeResponse resp;
   if (grpc::Status s = stub_->Detokenize(&ctx, req, &resp); !s.ok()) return SendError(conn, s);
   return SendBody(conn, 200, Dump({{"prompt", resp.text()}}));
+}
+
+int HttpFrontend::Metrics(mg_connection* conn) {
+  if (metrics_ == nullptr) return SendError(conn, 404, "no metrics here", "not_found_error");
+  const std::string text = prometheus::TextSerializer().Serialize(metrics_->Collect());
+  return SendBody(conn, 200, text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
 int HttpFrontend::Health(mg_connection* conn) {

@@ -11,8 +11,11 @@
 //   POST /detokenize {"tokens"} -> {"prompt"}
 //   GET  /health                                 200 when ready, else 503
 //   GET  /version                                {"version"}
+//   GET  /metrics                                the process's Prometheus metrics (as on
+//                                                --metrics-port; vLLM serves them here too)
 // Errors are OpenAI error objects with the HTTP status of the gRPC code (openai_api.h). With
-// an API key set, every route but /health and /version needs it as a bearer token (401).
+// an API key set, every route but /health, /version and /metrics needs it as a bearer token
+// (401).
 // A streamed request whose client goes away is cancelled at its next event (the worker frees
 // its KV pages); an unstreamed one runs to its end (max_tokens bounds it).
 //
@@ -30,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/registry.h"
@@ -47,21 +51,23 @@ struct HttpFrontendOptions {
   int threads = 64;              // connections served at once
   int max_body_bytes = 4 << 20;  // larger bodies: 413
   std::string version = "dev";
-  std::string api_key;  // non-empty: every route but /health and /version needs
+  std::string api_key;  // non-empty: every route but /health, /version, /metrics needs
                         // "Authorization: Bearer <api_key>" (else 401)
 };
 
 class HttpFrontend {
  public:
   // channel: a TinyServe server (usually grpc::Server::InProcessChannel of this process).
-  // registry: where tinyserve_http_requests_total{route,code} is registered.
-  static absl::StatusOr<std::unique_ptr<HttpFrontend>> Start(const HttpFrontendOptions& options,
-                                                             std::shared_ptr<grpc::Channel> channel,
-                                                             prometheus::Registry* registry);
+  // registry: where tinyserve_http_requests_total{route,code} is registered. metrics: what
+  // GET /metrics serves (null: 404).
+  static absl::StatusOr<std::unique_ptr<HttpFrontend>> Start(
+      const HttpFrontendOptions& options, std::shared_ptr<grpc::Channel> channel,
+      prometheus::Registry* registry, std::shared_ptr<prometheus::Collectable> metrics = nullptr);
   // Start on `server`'s own TinyServe service (an in-process channel): what the router and the
   // worker do. The result is null when options.port is 0 (off).
   static absl::StatusOr<std::unique_ptr<HttpFrontend>> StartFor(
-      grpc::Server* server, const HttpFrontendOptions& options, prometheus::Registry* registry);
+      grpc::Server* server, const HttpFrontendOptions& options, prometheus::Registry* registry,
+      std::shared_ptr<prometheus::Collectable> metrics);
   ~HttpFrontend();
 
   // Stops accepting and waits for running handlers (idempotent).
@@ -70,7 +76,7 @@ class HttpFrontend {
 
  private:
   HttpFrontend(const HttpFrontendOptions& options, std::shared_ptr<grpc::Channel> channel,
-               prometheus::Registry* registry);
+               prometheus::Registry* registry, std::shared_ptr<prometheus::Collectable> metrics);
   static int Handle(mg_connection* conn, void* self);
   int Route(mg_connection* conn);
   int Completions(mg_connection* conn, openai::Endpoint endpoint, const std::string& body);
@@ -78,6 +84,7 @@ class HttpFrontend {
   int Tokenize(mg_connection* conn, const std::string& body);
   int Detokenize(mg_connection* conn, const std::string& body);
   int Health(mg_connection* conn);
+  int Metrics(mg_connection* conn);
   // The served model's name and context (GetModelInfo, cached once it answers).
   absl::StatusOr<openai::ServedModel> Model();
   void Count(const char* route, int code);
@@ -86,6 +93,7 @@ class HttpFrontend {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<tinyserve::v1::TinyServe::Stub> stub_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  std::shared_ptr<prometheus::Collectable> metrics_;
   mg_context* ctx_ = nullptr;
   int port_ = 0;
   std::atomic<uint64_t> next_id_{0};

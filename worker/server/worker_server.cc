@@ -88,7 +88,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
       HttpFrontend::StartFor(w->server_.get(),
                              {options.host, options.http_port, options.http_threads,
                               options.max_message_bytes, TINYSERVE_VERSION, options.http_api_key},
-                             w->metrics_->registry());
+                             w->metrics_->registry(), w->metrics_->collectable());
   if (!http.ok()) {
     w->server_->Shutdown();
     w->engine_->Stop();
