@@ -123,9 +123,23 @@ void ProxyCall::Dispatch() {
 }
 
 void ProxyCall::OnUpstreamMessage(const v1::GenerateResponse& response) {
+  if (response.has_complete() && response.complete().finish_reason() == v1::FINISH_REASON_ABORT &&
+      !client_gone()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_abort_ = response;  // the worker gave up on it (drain): migrate, see OnUpstreamDone
+    return;
+  }
+  Forward(response);
+}
+
+void ProxyCall::Forward(const v1::GenerateResponse& response) {
   v1::GenerateResponse out = response;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (response.has_chunk()) {
+      streamed_ids_.insert(streamed_ids_.end(), response.chunk().token_ids().begin(),
+                           response.chunk().token_ids().end());
+    }
     forwarded_ = true;
     if (response.has_chunk() && response.chunk().token_ids_size() > 0 && !first_token_) {
       first_token_ = true;
@@ -142,7 +156,8 @@ void ProxyCall::OnUpstreamMessage(const v1::GenerateResponse& response) {
 void ProxyCall::OnUpstreamDone(UpstreamAttempt* attempt, const grpc::Status& status) {
   const WorkerPtr& worker = attempt->worker();
   worker->RemoveInflight();
-  bool retry = false;
+  bool retry = false, migrate = false;
+  std::optional<v1::GenerateResponse> abort;
   {
     std::lock_guard<std::mutex> lock(mu_);
     attempt_.reset();
@@ -153,10 +168,30 @@ void ProxyCall::OnUpstreamDone(UpstreamAttempt* attempt, const grpc::Status& sta
       worker->breaker().RecordFailure(NowSeconds());
     }
     worker->UpdateBreakerGauge();
-    retry = !status.ok() && !gone && !forwarded_ && Retryable(status) &&
-            static_cast<int>(tried_.size()) < core_->max_attempts &&
-            !core_->Candidates(tried_).empty();
+    const bool more =
+        static_cast<int>(tried_.size()) < core_->max_attempts && !core_->Candidates(tried_).empty();
+    retry = !status.ok() && !gone && !forwarded_ && Retryable(status) && more;
+    const bool worker_lost =
+        status.error_code() == grpc::StatusCode::UNAVAILABLE || (status.ok() && held_abort_);
+    migrate = !gone && forwarded_ && !error_forwarded_ && worker_lost && more;
+    if (migrate) {
+      request_.mutable_continuation_ids()->Assign(streamed_ids_.begin(), streamed_ids_.end());
+      held_abort_.reset();
+    } else {
+      abort = std::move(held_abort_);
+      held_abort_.reset();
+    }
   }
+  if (migrate) {
+    TS_LOG(INFO) << "request " << request_.request_id() << ": " << worker->address()
+                 << " went away mid-stream (" << StatusCodeName(status.error_code())
+                 << "); continuing on another worker after " << request_.continuation_ids_size()
+                 << " tokens";
+    core_->metrics->migrations().Increment();
+    Dispatch();
+    return;
+  }
+  if (abort.has_value()) Forward(*abort);  // nowhere to move it: the abort goes out after all
   if (retry) {
     TS_LOG(DEBUG) << "request " << request_.request_id() << ": " << worker->address() << " said "
                   << StatusCodeName(status.error_code()) << "; retrying elsewhere";

@@ -5,8 +5,12 @@
 //
 // Retries: if the worker fails before anything was forwarded (UNAVAILABLE: down, draining or
 // unreachable; RESOURCE_EXHAUSTED: its queue is full), the request goes to another worker, up
-// to RouterCore::max_attempts in all. After the first message the stream is committed; a
-// failure then ends it with an Error message and the status.
+// to RouterCore::max_attempts in all.
+// Migration: if the worker goes away mid-stream (UNAVAILABLE, or a drain that aborts it: a
+// Complete with FINISH_REASON_ABORT the client did not ask for), the request moves to another
+// worker with the token ids streamed so far as GenerateRequest.continuation_ids; that worker
+// re-prefills them and the stream goes on, so the client sees one uninterrupted stream. Other
+// failures, or none left to try, end the stream with an Error message and the status.
 // Cancellation and deadlines: the client's deadline is set on the upstream call; a client
 // cancel cancels the upstream call (the worker then aborts the request and frees its pages);
 // a request cancelled while queued leaves the queue.
@@ -19,6 +23,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
@@ -65,6 +70,7 @@ class ProxyCall final : public QueuedStreamReactor {
   void Admitted();  // holds an admission slot now
   void Dispatch();  // picks a worker and starts an attempt (or ends)
   void End(const grpc::Status& status);  // last step: metrics, slot, Close
+  void Forward(const tinyserve::v1::GenerateResponse& response);  // to the client
   void OnClientGone() override;
   grpc::Status GoneStatus() const;
 
@@ -83,6 +89,8 @@ class ProxyCall final : public QueuedStreamReactor {
   bool forwarded_ = false;                    // GUARDED_BY(mu_)
   bool first_token_ = false;                  // GUARDED_BY(mu_)
   bool error_forwarded_ = false;              // GUARDED_BY(mu_)
+  std::vector<int32_t> streamed_ids_;         // GUARDED_BY(mu_) output ids sent to the client
+  std::optional<tinyserve::v1::GenerateResponse> held_abort_;  // GUARDED_BY(mu_)
   bool ended_ = false;                        // GUARDED_BY(mu_)
 };
 

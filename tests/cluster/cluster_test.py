@@ -165,6 +165,50 @@ class ClusterTest(cl.ClusterCase):
         self.assertTrue(cl.wait_for(lambda: served_by().complete.worker == w1.address, 10),
                         "no request reached the restarted worker")
 
+    def test_worker_lost_mid_stream_migrates(self):
+        """A worker killed (SIGKILL) or drained (SIGTERM past its drain timeout) mid-stream: the
+        router continues the stream on the other worker from the tokens already sent, and the
+        client sees one whole stream. SmolLM2 (the default model) decodes slowly enough here to
+        act mid-stream."""
+        model = os.path.join(os.environ.get("TINYSERVE_CACHE") or
+                             os.path.expanduser("~/.cache/tinyserve"),
+                             "SmolLM2-135M-Instruct.Q4_1.gguf")
+        self.assertTrue(os.path.exists(model), f"{model} missing (scripts/fetch-model)")
+        for how in (signal.SIGKILL, signal.SIGTERM):
+            w1 = self.cluster.worker("--model", model, "--drain-timeout", "0.3")
+            w2 = self.cluster.worker("--model", model, "--drain-timeout", "0.3")
+            r = self.cluster.router([w1, w2])
+            q = request("Once upon a time", max_tokens=160, ignore_eos=True)
+            q.sampling.stop.append("zzzz")  # keeps a held-back tail in play
+            out = {}
+            t = threading.Thread(target=lambda: out.update(res=generate(r.address, q, 120)))
+            t.start()
+            inflight = lambda w: cl.metric(r.metrics(), "tinyserve_router_worker_inflight",
+                                           worker=w.address) or 0
+            serving = None
+            deadline = time.time() + 30
+            while serving is None and time.time() < deadline:
+                serving = next((w for w in (w1, w2) if inflight(w) > 0), None)
+                time.sleep(0.02)
+            self.assertIsNotNone(serving, "the stream never started")
+            time.sleep(0.5)  # some tokens out
+            serving.kill(how)
+            t.join(120)
+            res = out["res"]
+            self.assertEqual(res.code, grpc.StatusCode.OK, f"{how}: {res.code} {res.details}")
+            self.assertEqual(res.complete.finish_reason, S.pb.FINISH_REASON_LENGTH, how)
+            self.assertEqual(len(res.ids), 160, how)
+            self.assertEqual(res.complete.usage.completion_tokens, 160, how)
+            survivor = w2 if serving is w1 else w1
+            self.assertEqual(res.complete.worker, survivor.address, how)
+            self.assertEqual(cl.metric(r.metrics(), "tinyserve_router_migrations_total"), 1, how)
+            # No text lost or repeated where the stream moved: it is the text of its ids.
+            detok = S.grpc.TinyServeStub(cl.channel(r.address)).Detokenize(
+                S.pb.DetokenizeRequest(token_ids=res.ids), timeout=10)
+            self.assertEqual(res.text, detok.text, how)
+            for p in (w1, w2, r):
+                p.kill(signal.SIGKILL)
+
     # (d)
     def test_cancel_and_deadline_free_pages(self):
         w = self.cluster.worker()

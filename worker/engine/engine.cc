@@ -62,7 +62,8 @@ struct Sequence {
   std::string held;              // decoded text held back (could start a stop string)
   RequestUsage usage;
   double arrival = 0, scheduled = -1, first_token = -1, last_token = -1;
-  int generated = 0;
+  int generated = 0;     // output tokens, a continuation's included
+  bool started = false;  // a token was sampled here (the prefill is done)
   bool finished = false;
   bool internal = false;         // health probes: not counted in metrics
   int64_t order = 0;             // admission order (preemption picks the newest)
@@ -131,6 +132,9 @@ class Engine::Impl {
   void Preempt(Sequence& s);
   // Appends a sampled token and streams it; returns why the sequence ends, if it does.
   std::optional<FinishReason> Emit(Sequence& s, const SampleResult& r);
+  // The text of one output token: end-of-generation and stop ids, stop strings, UTF-8
+  // completion and the held-back tail. Returns why the request ends, if it does.
+  std::optional<FinishReason> TakeText(Sequence& s, int32_t id, std::string* text);
   void PublishStats();
   // Tensor parallelism: send a message to the followers; a failure breaks the group.
   absl::Status TpSend(const StepMessage& m);
@@ -151,6 +155,15 @@ absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
     return absl::InvalidArgumentError(absl::StrCat("prompt: ", r.prompt_ids.size(),
                                                    " tokens leave no room in the context of ",
                                                    max_context, " tokens"));
+  for (int32_t id : r.continuation_ids)
+    if (id < 0 || id >= vocab)
+      return absl::InvalidArgumentError(
+          absl::StrCat("continuation: token id ", id, " is out of range [0, ", vocab, ")"));
+  if (!r.continuation_ids.empty() &&
+      (r.prompt_ids.size() + r.continuation_ids.size() >= static_cast<size_t>(max_context) ||
+       static_cast<int>(r.continuation_ids.size()) >= r.sampling.max_tokens))
+    return absl::InvalidArgumentError(absl::StrCat("continuation: ", r.continuation_ids.size(),
+                                                   " tokens leave nothing to generate"));
   TS_RETURN_IF_ERROR(ValidateSamplingParams(r.sampling, vocab, max_context));
   if (r.selection) {
     TS_RETURN_IF_ERROR(ValidateSelectionSpec(*r.selection, opts.page_size));
@@ -261,6 +274,44 @@ void Engine::Impl::Preempt(Sequence& s) {
   if (observer != nullptr) observer->OnPreemption();
 }
 
+std::optional<FinishReason> Engine::Impl::TakeText(Sequence& s, int32_t id, std::string* text) {
+  const SamplingParams& sp = s.req.sampling;
+  std::optional<FinishReason> reason;
+  const bool eog = !sp.ignore_eos && tok->IsEog(id);
+  const bool stop_id =
+      std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) != sp.stop_token_ids.end();
+  if (eog) {
+    reason = FinishReason::kEos;
+  } else if (stop_id) {
+    reason = FinishReason::kStopToken;
+  } else {
+    s.held += s.utf8.Push(tok->TokenBytes(id));
+    // A stop string ends the output before it; text that could begin one is held back.
+    // Before min_tokens nothing stops it.
+    size_t cut = std::string::npos;
+    for (const auto& stop : s.generated >= sp.min_tokens ? sp.stop : kNoStops) {
+      const size_t at = s.held.find(stop);
+      if (at != std::string::npos) cut = std::min(cut, at);
+    }
+    if (cut != std::string::npos) {
+      *text = s.held.substr(0, cut);
+      s.held.clear();
+      reason = FinishReason::kStopString;
+    } else {
+      size_t keep = 0;
+      for (const auto& stop : sp.stop)
+        for (size_t k = std::min(stop.size() - 1, s.held.size()); k > keep; --k)
+          if (s.held.compare(s.held.size() - k, k, stop, 0, k) == 0) {
+            keep = k;
+            break;
+          }
+      *text = s.held.substr(0, s.held.size() - keep);
+      s.held.erase(0, s.held.size() - keep);
+    }
+  }
+  return reason;
+}
+
 std::optional<FinishReason> Engine::Impl::Emit(Sequence& s, const SampleResult& r) {
   const double now = NowSeconds();
   GeneratedToken t;
@@ -277,41 +328,10 @@ std::optional<FinishReason> Engine::Impl::Emit(Sequence& s, const SampleResult& 
     observer->OnTokenEmitted(now - s.last_token);
   }
   s.last_token = now;
+  s.started = true;
 
   const SamplingParams& sp = s.req.sampling;
-  std::optional<FinishReason> reason;
-  const bool eog = !sp.ignore_eos && tok->IsEog(r.id);
-  const bool stop_id =
-      std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), r.id) != sp.stop_token_ids.end();
-  if (eog) {
-    reason = FinishReason::kEos;
-  } else if (stop_id) {
-    reason = FinishReason::kStopToken;
-  } else {
-    s.held += s.utf8.Push(tok->TokenBytes(r.id));
-    // A stop string ends the output before it; text that could begin one is held back.
-    // Before min_tokens nothing stops it.
-    size_t cut = std::string::npos;
-    for (const auto& stop : s.generated >= sp.min_tokens ? sp.stop : kNoStops) {
-      const size_t at = s.held.find(stop);
-      if (at != std::string::npos) cut = std::min(cut, at);
-    }
-    if (cut != std::string::npos) {
-      t.text = s.held.substr(0, cut);
-      s.held.clear();
-      reason = FinishReason::kStopString;
-    } else {
-      size_t keep = 0;
-      for (const auto& stop : sp.stop)
-        for (size_t k = std::min(stop.size() - 1, s.held.size()); k > keep; --k)
-          if (s.held.compare(s.held.size() - k, k, stop, 0, k) == 0) {
-            keep = k;
-            break;
-          }
-      t.text = s.held.substr(0, s.held.size() - keep);
-      s.held.erase(0, s.held.size() - keep);
-    }
-  }
+  std::optional<FinishReason> reason = TakeText(s, r.id, &t.text);
   if (!reason && (s.generated >= sp.max_tokens || static_cast<int>(s.tokens.size()) >= max_context))
     reason = FinishReason::kLength;
   if (reason && *reason != FinishReason::kStopString) {
@@ -480,8 +500,8 @@ bool Engine::Impl::Step() {
       e.all_logits = in.all_logits;
       e.select = in.selector != nullptr;
       e.begin_tokens = s.computed + 1;
-      e.prefill_done = s.policy && s.generated == 0 &&
-                       s.computed + in.n >= static_cast<int64_t>(s.tokens.size());
+      e.prefill_done =
+          s.policy && !s.started && s.computed + in.n >= static_cast<int64_t>(s.tokens.size());
       e.has_spec = !s.tp_announced;
       if (e.has_spec) {
         e.spec = s.spec;
@@ -567,7 +587,7 @@ bool Engine::Impl::Step() {
       s.hashes.push_back(h);
     }
     if (s.computed < static_cast<int64_t>(s.tokens.size())) continue;  // more prefill to do
-    if (s.generated == 0 && s.policy) s.policy->OnPrefill(s.computed);
+    if (!s.started && s.policy) s.policy->OnPrefill(s.computed);
     const SampleResult r = s.sampler->Sample(&logits[b * static_cast<size_t>(vocab)], vocab,
                                              s.tokens, s.tokens.size() - s.generated);
     if (auto reason = Emit(s, r)) ended.push_back({&s, *reason});
@@ -824,6 +844,17 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   s->spec = spec;
   s->policy_seed = ctx.seed;
   s->req = std::move(request);
+  // A migrated request: its streamed output goes into the context and through the text
+  // pipeline (held-back stop-string prefixes, UTF-8) and the constraint, unsent.
+  for (int32_t id : s->req.continuation_ids) {
+    s->tokens.push_back(id);
+    s->generated++;
+    s->sampler->Replay(id);
+    std::string unsent;
+    if (m.TakeText(*s, id, &unsent)) {
+      return absl::InvalidArgumentError("continuation: it already ends the request");
+    }
+  }
   s->sink = std::move(sink);
   {
     std::lock_guard<std::mutex> lock(m.mu);

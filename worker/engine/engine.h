@@ -118,6 +118,10 @@ struct GenerateRequest {
   double deadline = 0;                     // monotonic NowSeconds(); 0 = none
   uint64_t cache_salt = 0;                 // seeds the prefix-cache hash chain; 0 = unsalted
   int priority = 0;                        // lower runs sooner (vLLM's); FIFO within a level
+  // Output a failed worker already streamed (the router's migration): prefilled after the
+  // prompt, replayed through stop strings and constraints without being sent again, and
+  // counted in max_tokens; generation continues after it.
+  std::vector<int32_t> continuation_ids;
 };
 
 // Engine-wide counters and gauges, read by metrics and by the router's load reports.

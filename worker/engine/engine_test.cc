@@ -316,6 +316,35 @@ TEST(Engine, PriorityOrdersTheQueueFifoWithinALevel) {
   for (const auto& s : sinks) EXPECT_EQ(s->ids.size(), 4u);
 }
 
+TEST(Engine, ContinuationResumesTheStreamWhereAnotherWorkerStopped) {
+  auto e = MakeEngine();
+  const std::string prompt = engine_testing::kPrompts[1];
+  GenerateRequest whole = Greedy(*e, prompt, 40, true);
+  whole.sampling.stop = {"zzz"};  // a stop string keeps a held-back tail in play
+  auto a = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(whole, a).ok());
+  e->RunUntilIdle();
+  ASSERT_EQ(a->ids.size(), 40u);
+  for (size_t cut : {1u, 15u, 39u}) {
+    GenerateRequest rest = whole;
+    rest.request_id = "rest";
+    rest.continuation_ids.assign(a->ids.begin(), a->ids.begin() + cut);
+    auto b = std::make_shared<CollectSink>();
+    ASSERT_TRUE(e->Submit(rest, b).ok());
+    e->RunUntilIdle();
+    EXPECT_EQ(b->ids, std::vector<int32_t>(a->ids.begin() + cut, a->ids.end())) << cut;
+    std::string sent;
+    for (size_t i = 0; i < cut; ++i) sent += a->texts[i];
+    EXPECT_EQ(sent + b->text, a->text) << cut;
+    EXPECT_EQ(b->usage.generated_tokens, 40) << cut;
+    EXPECT_EQ(b->reason, FinishReason::kLength);
+  }
+  GenerateRequest bad = whole;
+  bad.continuation_ids.assign(a->ids.begin(), a->ids.end());  // nothing left to generate
+  EXPECT_EQ(e->Submit(bad, std::make_shared<CollectSink>()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Engine, FullQueueIsResourceExhaustedAndDrainIsUnavailable) {
   EngineOptions o = Options();
   o.max_queue = 2;

@@ -27,6 +27,7 @@ class CollectSink : public RequestSink {
     for (const auto& t : tokens) {
       ids.push_back(t.id);
       text += t.text;
+      texts.push_back(t.text);
       logprobs.push_back(t.logprob);
       tops.push_back(t.top.size());
       top_lists.push_back(t.top);
@@ -41,6 +42,7 @@ class CollectSink : public RequestSink {
   std::mutex mu;
   std::vector<int32_t> ids;
   std::string text;
+  std::vector<std::string> texts;  // per token
   std::vector<float> logprobs;
   std::vector<size_t> tops;
   std::vector<std::vector<TokenLogprob>> top_lists;  // the top-n alternatives per token

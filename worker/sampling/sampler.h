@@ -32,6 +32,10 @@ class Sampler {
   // the generated ones start at history[output_start] (presence and frequency penalties).
   SampleResult Sample(float* logits, int vocab, const std::vector<int32_t>& history,
                       size_t output_start = 0);
+  // A token chosen elsewhere (a migrated request's earlier output): the constraint takes it.
+  void Replay(int32_t id) {
+    if (constraint_ != nullptr) constraint_->Accept(id);
+  }
   // Holds the output to a grammar (response_format json_object) from the next token on.
   void SetConstraint(std::unique_ptr<TokenConstraint> constraint) {
     constraint_ = std::move(constraint);

@@ -95,6 +95,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
   out.sampling = ToSampling(request.sampling());
   out.cache_salt = CacheSaltSeed(request.cache_salt());
   out.priority = request.priority();
+  out.continuation_ids.assign(request.continuation_ids().begin(), request.continuation_ids().end());
   if (auto s = CheckIds(request.sampling().stop_token_ids(), vocab, "sampling.stop_token_ids");
       !s.ok()) {
     return s;
