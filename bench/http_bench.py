@@ -19,11 +19,9 @@ import argparse
 import http.client
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,31 +78,12 @@ def stream_one(port, prompt, max_tokens, bias, timeout):
 
 def run_level(port, concurrency, requests, max_tokens, bias, timeout):
     prompts = [f"Once upon a time there was a little {i} who" for i in range(requests)]
-    results, lock, cursor = [], threading.Lock(), [0]
-
-    def client():
-        while True:
-            with lock:
-                if cursor[0] >= len(prompts):
-                    return
-                prompt = prompts[cursor[0]]
-                cursor[0] += 1
-            r = stream_one(port, prompt, max_tokens, bias, timeout)
-            with lock:
-                results.append(r)
-
-    start = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
+    results, wall = cl.run_concurrently(
+        prompts, concurrency, lambda prompt: stream_one(port, prompt, max_tokens, bias, timeout))
     ok = [r for r in results if r["ok"]]
     ttfts = [r["ttft"] for r in ok if r["ttft"] is not None]
     gaps = [g for r in ok for g in r["gaps"]]
-    pct = lambda v, p: None if not v else round(1e3 * statistics.quantiles(v, n=100)[p - 1], 2) \
-        if len(v) > 1 else round(1e3 * v[0], 2)
+    pct = lambda v, p: None if not v else round(1e3 * cl.percentile(v, p), 2)
     tokens = len(ok) * max_tokens
     return {"concurrency": concurrency, "requests": len(results), "failed": len(results) - len(ok),
             "wall_seconds": round(wall, 3),

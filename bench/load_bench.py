@@ -15,21 +15,11 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "cluster"))
 import cluster_lib as cl  # noqa: E402
-
-
-def percentile(values, p):
-    if not values:
-        return None
-    values = sorted(values)
-    k = (len(values) - 1) * p / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
 def one_stream(stub, pb, prompt, max_tokens, timeout):
@@ -61,26 +51,8 @@ def run_level(address, concurrency, requests, max_tokens, timeout):
     ch = cl.channel(address)
     stub = s.grpc.TinyServeStub(ch)
     prompts = [f"Once upon a time there was a little {i} who" for i in range(requests)]
-    results, lock, next_index = [], threading.Lock(), [0]
-
-    def worker():
-        while True:
-            with lock:
-                if next_index[0] >= len(prompts):
-                    return
-                prompt = prompts[next_index[0]]
-                next_index[0] += 1
-            r = one_stream(stub, s.pb, prompt, max_tokens, timeout)
-            with lock:
-                results.append(r)
-
-    start = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
+    results, wall = cl.run_concurrently(
+        prompts, concurrency, lambda prompt: one_stream(stub, s.pb, prompt, max_tokens, timeout))
     ch.close()
     ttfts = [r["ttft"] for r in results if r["ttft"] is not None]
     itls = [x for r in results for x in r["itls"]]
@@ -94,9 +66,9 @@ def run_level(address, concurrency, requests, max_tokens, timeout):
         "wall_seconds": round(wall, 3),
         "tokens_per_second": round(tokens / wall, 1) if wall > 0 else None,
         "requests_per_second": round(len(results) / wall, 2) if wall > 0 else None,
-        "ttft_ms": {"p50": ms(percentile(ttfts, 50)), "p99": ms(percentile(ttfts, 99)),
+        "ttft_ms": {"p50": ms(cl.percentile(ttfts, 50)), "p99": ms(cl.percentile(ttfts, 99)),
                     "mean": ms(statistics.mean(ttfts)) if ttfts else None},
-        "itl_ms": {"p50": ms(percentile(itls, 50)), "p99": ms(percentile(itls, 99))},
+        "itl_ms": {"p50": ms(cl.percentile(itls, 50)), "p99": ms(cl.percentile(itls, 99))},
     }
 
 

@@ -1,8 +1,10 @@
 """Helpers for TinyServe's process-level tests: Python stubs generated from the protos at test
 time, free ports, worker and router processes that are always killed, metric scrapes.
 
-Used by cluster_test.py and bench/load_bench.py.
+Used by the tests here and by bench/load_bench.py and bench/http_bench.py (which also share
+run_concurrently and percentile).
 """
+import concurrent.futures
 import contextlib
 import os
 import re
@@ -209,6 +211,24 @@ def run_tests():
     ClusterCase.binary, ClusterCase.model = args.binary, args.model
     prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
     return 0 if prog.result.wasSuccessful() else 1
+
+
+def run_concurrently(items, concurrency, fn):
+    """fn(item) for every item, `concurrency` at a time; (results in item order, wall seconds)."""
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(fn, items))
+    return results, time.perf_counter() - start
+
+
+def percentile(values, p):
+    """The p-th percentile (0..100) with linear interpolation; None for no values."""
+    if not values:
+        return None
+    values = sorted(values)
+    k = (len(values) - 1) * p / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
