@@ -227,96 +227,65 @@ void HttpFrontend::Count(const char* route, int code) {
 }
 
 int HttpFrontend::Route(mg_connection* conn) {
+  using Handler = int (HttpFrontend::*)(mg_connection*, const std::string&);
+  struct RouteSpec {
+    const char* path;
+    const char* method;
+    const char* label;  // of tinyserve_http_requests_total
+    bool open;          // served without the API key
+    Handler handler;
+  };
+  static constexpr RouteSpec kRoutes[] = {
+      {"/v1/completions", "POST", "completions", false, &HttpFrontend::Completions},
+      {"/v1/chat/completions", "POST", "chat_completions", false, &HttpFrontend::ChatCompletions},
+      {"/v1/models", "GET", "models", false, &HttpFrontend::Models},
+      {"/tokenize", "POST", "tokenize", false, &HttpFrontend::Tokenize},
+      {"/detokenize", "POST", "detokenize", false, &HttpFrontend::Detokenize},
+      {"/health", "GET", "health", true, &HttpFrontend::Health},
+      {"/version", "GET", "version", true, &HttpFrontend::Version},
+      {"/metrics", "GET", "metrics", true, &HttpFrontend::Metrics},
+  };
   const mg_request_info* ri = mg_get_request_info(conn);
   const std::string method = ri->request_method ? ri->request_method : "";
   std::string path = ri->local_uri ? ri->local_uri : "";
   while (path.size() > 1 && path.back() == '/') path.pop_back();
-
-  struct RouteSpec {
-    const char* path;
-    const char* method;
-    const char* label;
-  };
-  static constexpr RouteSpec kRoutes[] = {
-      {"/v1/completions", "POST", "completions"},
-      {"/v1/chat/completions", "POST", "chat_completions"},
-      {"/v1/models", "GET", "models"},
-      {"/tokenize", "POST", "tokenize"},
-      {"/detokenize", "POST", "detokenize"},
-      {"/health", "GET", "health"},
-      {"/version", "GET", "version"},
-      {"/metrics", "GET", "metrics"},
-  };
   const RouteSpec* route = nullptr;
   for (const RouteSpec& r : kRoutes) {
     if (path == r.path) route = &r;
   }
-  if (route == nullptr) {
-    const int code =
-        SendError(conn, 404, absl::StrCat("no route ", method, " ", path), "not_found_error");
-    Count("other", code);
-    return code;
-  }
-  if (method != route->method) {
-    const int code =
-        SendError(conn, 405, absl::StrCat(path, " takes ", route->method), "invalid_request_error");
-    Count(route->label, code);
-    return code;
-  }
 
-  const std::string_view label = route->label;
-  if (!options_.api_key.empty() && label != "health" && label != "version" && label != "metrics") {
-    const char* auth = mg_get_header(conn, "Authorization");
-    if (auth == nullptr || !SameSecret(auth, "Bearer " + options_.api_key)) {
-      const int code = SendError(conn, 401, "a valid API key is required (Authorization: Bearer)",
-                                 "authentication_error");
-      Count(route->label, code);
-      return code;
+  auto serve = [&]() -> int {
+    if (route == nullptr) {
+      return SendError(conn, 404, absl::StrCat("no route ", method, " ", path), "not_found_error");
     }
-  }
-
-  std::string body;
-  if (method == "POST") {
-    if (ri->content_length > options_.max_body_bytes) {
-      const int code =
-          SendError(conn, 413, absl::StrCat("the body is over ", options_.max_body_bytes, " bytes"),
-                    "invalid_request_error");
-      Count(route->label, code);
-      return code;
+    if (method != route->method) {
+      return SendError(conn, 405, absl::StrCat(path, " takes ", route->method),
+                       "invalid_request_error");
     }
-    char buf[16384];
-    int n;
-    while ((n = mg_read(conn, buf, sizeof(buf))) > 0) {
-      body.append(buf, n);
-      if (body.size() > static_cast<size_t>(options_.max_body_bytes)) {
-        const int code = SendError(
-            conn, 413, absl::StrCat("the body is over ", options_.max_body_bytes, " bytes"),
-            "invalid_request_error");
-        Count(route->label, code);
-        return code;
+    if (!route->open && !options_.api_key.empty()) {
+      const char* auth = mg_get_header(conn, "Authorization");
+      if (auth == nullptr || !SameSecret(auth, "Bearer " + options_.api_key)) {
+        return SendError(conn, 401, "a valid API key is required (Authorization: Bearer)",
+                         "authentication_error");
       }
     }
-  }
-
-  int code;
-  if (label == "completions") {
-    code = Completions(conn, openai::Endpoint::kCompletions, body);
-  } else if (label == "chat_completions") {
-    code = Completions(conn, openai::Endpoint::kChat, body);
-  } else if (label == "models") {
-    code = Models(conn);
-  } else if (label == "tokenize") {
-    code = Tokenize(conn, body);
-  } else if (label == "detokenize") {
-    code = Detokenize(conn, body);
-  } else if (label == "health") {
-    code = Health(conn);
-  } else if (label == "metrics") {
-    code = Metrics(conn);
-  } else {
-    code = SendBody(conn, 200, Dump({{"version", options_.version}}));
-  }
-  Count(route->label, code);
+    std::string body;
+    const std::string too_large =
+        absl::StrCat("the body is over ", options_.max_body_bytes, " bytes");
+    if (ri->content_length > options_.max_body_bytes) {
+      return SendError(conn, 413, too_large, "invalid_request_error");
+    }
+    char buf[16384];
+    for (int n; (n = mg_read(conn, buf, sizeof(buf))) > 0;) {
+      body.append(buf, n);
+      if (body.size() > static_cast<size_t>(options_.max_body_bytes)) {
+        return SendError(conn, 413, too_large, "invalid_request_error");
+      }
+    }
+    return (this->*route->handler)(conn, body);
+  };
+  const int code = serve();
+  Count(route != nullptr ? route->label : "other", code);
   return code;
 }
 
@@ -342,8 +311,20 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
   return m;
 }
 
-int HttpFrontend::Completions(mg_connection* conn, openai::Endpoint endpoint,
-                              const std::string& body) {
+int HttpFrontend::Completions(mg_connection* conn, const std::string& body) {
+  return Generate(conn, openai::Endpoint::kCompletions, body);
+}
+
+int HttpFrontend::ChatCompletions(mg_connection* conn, const std::string& body) {
+  return Generate(conn, openai::Endpoint::kChat, body);
+}
+
+int HttpFrontend::Version(mg_connection* conn, const std::string&) {
+  return SendBody(conn, 200, Dump({{"version", options_.version}}));
+}
+
+int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
+                           const std::string& body) {
   auto model = Model();
   if (!model.ok()) return SendError(conn, model.status());
   const std::string request_id = absl::StrCat("http-", id_prefix_, "-", next_id_.fetch_add(1));
@@ -388,7 +369,7 @@ int HttpFrontend::Completions(mg_connection* conn, openai::Endpoint endpoint,
   return SendBody(conn, 200, builder.Body());
 }
 
-int HttpFrontend::Models(mg_connection* conn) {
+int HttpFrontend::Models(mg_connection* conn, const std::string&) {
   auto model = Model();
   if (!model.ok()) return SendError(conn, model.status());
   std::string path;
@@ -456,13 +437,13 @@ int HttpFrontend::Detokenize(mg_connection* conn, const std::string& body) {
   return SendBody(conn, 200, Dump({{"prompt", resp.text()}}));
 }
 
-int HttpFrontend::Metrics(mg_connection* conn) {
+int HttpFrontend::Metrics(mg_connection* conn, const std::string&) {
   if (metrics_ == nullptr) return SendError(conn, 404, "no metrics here", "not_found_error");
   const std::string text = prometheus::TextSerializer().Serialize(metrics_->Collect());
   return SendBody(conn, 200, text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
-int HttpFrontend::Health(mg_connection* conn) {
+int HttpFrontend::Health(mg_connection* conn, const std::string&) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::ServerInfo info;

@@ -79,12 +79,16 @@ class HttpFrontend {
                prometheus::Registry* registry, std::shared_ptr<prometheus::Collectable> metrics);
   static int Handle(mg_connection* conn, void* self);
   int Route(mg_connection* conn);
-  int Completions(mg_connection* conn, openai::Endpoint endpoint, const std::string& body);
-  int Models(mg_connection* conn);
+  // Route handlers: (connection, request body) -> the HTTP status sent.
+  int Completions(mg_connection* conn, const std::string& body);
+  int ChatCompletions(mg_connection* conn, const std::string& body);
+  int Models(mg_connection* conn, const std::string& body);
   int Tokenize(mg_connection* conn, const std::string& body);
   int Detokenize(mg_connection* conn, const std::string& body);
-  int Health(mg_connection* conn);
-  int Metrics(mg_connection* conn);
+  int Health(mg_connection* conn, const std::string& body);
+  int Version(mg_connection* conn, const std::string& body);
+  int Metrics(mg_connection* conn, const std::string& body);
+  int Generate(mg_connection* conn, openai::Endpoint endpoint, const std::string& body);
   // The served model's name and context (GetModelInfo, cached once it answers).
   absl::StatusOr<openai::ServedModel> Model();
   void Count(const char* route, int code);
