@@ -159,6 +159,13 @@ def build():
             [(f"sum by (instance) (rate(tinyserve_kv_tier_moved_bytes_total{W}{RI}))", "copied {{instance}}"),
              (f"sum by (instance) (rate(tinyserve_kv_tier_direct_bytes_total{W}{RI}))", "read from host {{instance}}")],
             unit="Bps")
+    b.panel("Speculative decoding: acceptance",
+            [(f"sum(rate(tinyserve_spec_decode_accepted_tokens_total{W}{RI})) / "
+              f"sum(rate(tinyserve_spec_decode_draft_tokens_total{W}{RI}))", "accepted / drafted"),
+             (f"1 + sum(rate(tinyserve_spec_decode_accepted_tokens_total{W}{RI})) / "
+              f"sum(rate(tinyserve_spec_decode_drafts_total{W}{RI}))", "tokens per verify step")],
+            desc="Workers run with --spec-tokens N: the share of drafted tokens the model agreed "
+                 "with, and the tokens one verifying step emits on average.")
 
     b.row("Sparse attention (page selection)")
     b.panel("Page hit rate vs oracle (avg)",

@@ -1,6 +1,7 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -431,9 +432,100 @@ void AttendImpl(const float* q, int n_q, int d, const KvSpan* spans, int n_spans
   }
 }
 
+// Rows of one sequence at consecutive positions (speculative decoding's verification): row r
+// attends the first limit[r] tokens of the spans. Each row does exactly AttendImpl's arithmetic
+// over its own tokens (the same blocks, head chunks and summation order; a row's last blocks are
+// just shorter or absent), in lockstep, so every K/V block is loaded once for all rows and read
+// again from cache.
+template <class Ops>
+void AttendRowsImpl(const float* q, int64_t q_stride, int n_rows, int n_q, int d,
+                    const KvSpan* spans, int n_spans, const int64_t* limit, float scale, float* out,
+                    int64_t out_stride, float* lse_out) {
+  const int heads = n_rows * n_q;
+  thread_local std::vector<float> m, l, qs;
+  thread_local std::vector<std::array<float, kBlock>> s;
+  m.assign(heads, -std::numeric_limits<float>::infinity());
+  l.assign(heads, 0.0f);
+  s.resize(heads);
+  for (int r = 0; r < n_rows; ++r) std::memset(out + r * out_stride, 0, sizeof(float) * n_q * d);
+  int64_t longest = 0;
+  for (int r = 0; r < n_rows; ++r) longest = std::max(longest, limit[r]);
+  int64_t pos = 0;
+  for (int si = 0; si < n_spans && pos < longest; ++si) {
+    const KvSpan& span = spans[si];
+    const bool i8 = span.type == KvSpanType::kInt8;
+    const typename Ops::Next next = Ops::Plan(si + 1 < n_spans ? &spans[si + 1] : nullptr, d);
+    float score_scale = scale;
+    if (i8 && span.n > 0) {
+      qs.resize(static_cast<size_t>(heads) * d);
+      for (int r = 0; r < n_rows; ++r)
+        for (int g = 0; g < n_q; ++g)
+          for (int i = 0; i < d; ++i)
+            qs[(r * n_q + g) * d + i] = q[r * q_stride + g * d + i] * (span.k_scales[i] * scale);
+      score_scale = 1.0f;
+    }
+    for (int j0 = 0; j0 < span.n; j0 += kBlock) {
+      const int nb = std::min(kBlock, span.n - j0);
+      for (int r = 0; r < n_rows; ++r) {
+        const int nr = static_cast<int>(std::clamp<int64_t>(limit[r] - pos - j0, 0, nb));
+        if (nr == 0) continue;
+        const float* qk = i8 ? &qs[static_cast<size_t>(r) * n_q * d] : q + r * q_stride;
+        auto* sr = reinterpret_cast<float(*)[kBlock]>(s[r * n_q].data());
+        Ops::Scores(span, qk, n_q, d, j0, nr, score_scale, sr, next);
+        float* o = out + r * out_stride;
+        for (int g = 0; g < n_q; ++g) {
+          float& mg = m[r * n_q + g];
+          float& lg = l[r * n_q + g];
+          const float bm = Ops::Max(sr[g], nr, mg);
+          if (bm > mg) {
+            const float c = std::exp(mg - bm);
+            lg *= c;
+            Ops::Scale(o + g * d, c, d);
+            mg = bm;
+          }
+          if (bm == -std::numeric_limits<float>::infinity()) {
+            std::fill(sr[g], sr[g] + nr, 0.0f);
+            continue;
+          }
+          lg += Ops::ExpSubSum(sr[g], nr, bm);
+          if (i8)
+            for (int j = 0; j < nr; ++j) sr[g][j] *= span.v_scale;
+        }
+        Ops::Accumulate(span, sr, n_q, d, j0, nr, o, next);
+      }
+    }
+    Ops::FinishPrefetch(next, span.n);
+    pos += span.n;
+  }
+  for (int r = 0; r < n_rows; ++r)
+    for (int g = 0; g < n_q; ++g) {
+      const float lg = l[r * n_q + g];
+      const float inv = lg > 0 ? 1.0f / lg : 0.0f;
+      float* o = out + r * out_stride + g * d;
+      for (int i = 0; i < d; ++i) o[i] *= inv;
+      if (lse_out != nullptr)
+        lse_out[r * n_q + g] =
+            lg > 0 ? m[r * n_q + g] + std::log(lg) : -std::numeric_limits<float>::infinity();
+    }
+}
+
 }  // namespace
 
 bool AttentionUsesSimd() { return kSimd; }
+
+void AttendSpansRows(const float* q, int64_t q_stride, int n_rows, int n_q, int head_dim,
+                     const KvSpan* spans, int n_spans, const int64_t* limit, float scale,
+                     float* out, int64_t out_stride, float* lse_out) {
+#if defined(__x86_64__)
+  if (kSimd) {
+    AttendRowsImpl<Avx2Ops>(q, q_stride, n_rows, n_q, head_dim, spans, n_spans, limit, scale, out,
+                            out_stride, lse_out);
+    return;
+  }
+#endif
+  AttendRowsImpl<ScalarOps>(q, q_stride, n_rows, n_q, head_dim, spans, n_spans, limit, scale, out,
+                            out_stride, lse_out);
+}
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma,f16c"))) static float BoxScoreAvx2(const float* q, const fp16_t* mn,

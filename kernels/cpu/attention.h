@@ -59,6 +59,16 @@ void AttendSpans(const float* q, int n_q, int head_dim, const KvSpan* spans, int
 void AttendSpansReference(const float* q, int n_q, int head_dim, const KvSpan* spans,
                           int n_spans, const AttendOptions& options, float* out);
 
+// Decode attention for rows of one sequence and one GQA group at consecutive positions (the
+// rows speculative decoding verifies): row r has n_q query heads at q + r·q_stride, attends the
+// first limit[r] tokens of the spans (in order) and writes out + r·out_stride ([n_q][head_dim])
+// and, when lse_out is set, lse_out[r·n_q + g]. Each row's result is bit-identical to
+// AttendSpans over its own tokens (the same spans cut at limit[r]); the K/V are read from
+// memory once for all rows. REQUIRES: head_dim % 8 == 0, n_q <= 64.
+void AttendSpansRows(const float* q, int64_t q_stride, int n_rows, int n_q, int head_dim,
+                     const KvSpan* spans, int n_spans, const int64_t* limit, float scale,
+                     float* out, int64_t out_stride, float* lse_out = nullptr);
+
 // Causal attention for a block of consecutive prefill rows of one sequence and one GQA group:
 // row r (< n_rows) has n_q query heads at q + r·q_stride ([n_q][head_dim]), sits at position
 // pos0 + r and attends tokens [0, pos0 + r] of the spans (taken in order, as one sequence; they

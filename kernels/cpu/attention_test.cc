@@ -133,6 +133,70 @@ TEST(AttendSpans, Int8SpansMatchReference) {
   }
 }
 
+// Rows verified together: each row bit for bit what AttendSpans gives over the spans cut at the
+// row's limit (fp16 and int8 spans mixed; limits inside a block, at span ends, 0, and rows that
+// stop spans before the longest one).
+TEST(AttendSpansRows, EachRowIsBitIdenticalToAttendSpansOverItsTokens) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0, 1.5f);
+  std::uniform_int_distribution<int> qd(-127, 127);
+  for (int n_q : {1, 3, 8, 9})
+    for (int d : {8, 64}) {
+      const std::vector<int> lens = {16, 16, 40, 7};
+      std::vector<std::vector<fp16_t>> kf, vf;
+      std::vector<std::vector<int8_t>> k8, v8;
+      std::vector<std::vector<float>> ksc;
+      std::vector<KvSpan> spans;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        const int n = lens[i];
+        if (i == 1) {  // one int8 span
+          k8.emplace_back(n * d);
+          v8.emplace_back(n * d);
+          ksc.emplace_back(d);
+          for (auto& x : k8.back()) x = static_cast<int8_t>(qd(rng));
+          for (auto& x : v8.back()) x = static_cast<int8_t>(qd(rng));
+          for (auto& x : ksc.back()) x = 0.005f + 0.03f * std::fabs(nd(rng));
+          spans.push_back(
+              KvSpan::Int8(k8.back().data(), ksc.back().data(), v8.back().data(), 0.02f, n));
+          continue;
+        }
+        kf.emplace_back(n * d);
+        vf.emplace_back(n * d);
+        for (auto& x : kf.back()) x = FloatToFp16(nd(rng));
+        for (auto& x : vf.back()) x = FloatToFp16(nd(rng));
+        spans.push_back({kf.back().data(), vf.back().data(), n});
+      }
+      const std::vector<int64_t> limit = {0, 5, 16, 17, 33, 64, 65, 79};
+      const int rows = static_cast<int>(limit.size());
+      const int64_t stride = n_q * d + 8;  // rows need not be packed
+      std::vector<float> q(rows * stride);
+      for (auto& x : q) x = nd(rng);
+      std::vector<float> out(rows * stride, NAN), lse(rows * n_q, NAN);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+      AttendSpansRows(q.data(), stride, rows, n_q, d, spans.data(), static_cast<int>(spans.size()),
+                      limit.data(), scale, out.data(), stride, lse.data());
+      for (int r = 0; r < rows; ++r) {
+        std::vector<KvSpan> own;
+        int64_t left = limit[r];
+        for (const KvSpan& sp : spans) {
+          if (left <= 0) break;
+          own.push_back(sp);
+          own.back().n = static_cast<int>(std::min<int64_t>(sp.n, left));
+          left -= own.back().n;
+        }
+        std::vector<float> want(n_q * d, NAN), want_lse(n_q, NAN);
+        AttendOptions o;
+        o.scale = scale;
+        o.lse_out = want_lse.data();
+        AttendSpans(&q[r * stride], n_q, d, own.data(), static_cast<int>(own.size()), o,
+                    want.data());
+        for (int i = 0; i < n_q * d; ++i)
+          ASSERT_EQ(out[r * stride + i], want[i]) << "n_q " << n_q << " d " << d << " row " << r;
+        for (int g = 0; g < n_q; ++g) ASSERT_EQ(lse[r * n_q + g], want_lse[g]) << "row " << r;
+      }
+    }
+}
+
 // An int8 span whose values equal an fp16 span's (integers times a power of two, exact in both)
 // gives the same attention.
 TEST(AttendSpans, Int8AndFp16OfTheSameValuesAgree) {

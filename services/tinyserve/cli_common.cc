@@ -18,6 +18,12 @@ void EngineFlags::Register(FlagSet* f) {
   f->Int("kv-device-pages", &options.cuda_device_pages,
          "cuda: tiered KV, device page cache per layer over pinned host memory (0: off)");
   f->Bool("cuda-graphs", &options.cuda_graphs, "cuda: replay decode steps as CUDA graphs");
+  f->Int("spec-tokens", &options.spec_tokens,
+         "speculative decoding: draft up to N tokens per step by prompt lookup (0: off)");
+  f->Int("spec-ngram-min", &options.spec_ngram_min,
+         "speculative decoding: shortest n-gram looked up");
+  f->Int("spec-ngram-max", &options.spec_ngram_max,
+         "speculative decoding: longest n-gram looked up");
   f->String("policy", &policy, "token selection: dense, quest, streaming, h2o, snapkv, oracle, random");
   f->Int("budget", &budget, "selection token budget per layer and KV head");
   f->Int("dense-layers", &dense_layers, "first N layers always dense");

@@ -135,6 +135,9 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
       sel += absl::StrFormat(", hit rate %.3f, mass recall %.3f", s.page_hit_rate, s.mass_recall);
     if (s.reuse >= 0) sel += absl::StrFormat(", reuse %.3f", s.reuse);
   }
+  if (u.spec_draft_tokens > 0)
+    sel += absl::StrFormat(" | speculative: %d of %d drafted tokens accepted",
+                           u.spec_accepted_tokens, u.spec_draft_tokens);
   std::fprintf(stderr,
                "prompt %d tokens, generated %d tokens (%s) | prefill %.1f tok/s, decode %.1f "
                "tok/s | load %.2f s%s\n",

@@ -16,6 +16,7 @@
 #include "common/thread_pool.h"
 #include "common/timer.h"
 #include "kernels/cpu/cpu_features.h"
+#include "worker/engine/ngram_draft.h"
 #include "worker/kv/page_pool.h"
 #include "worker/kv/paged_kv_cache.h"
 #include "worker/model/weight_source.h"
@@ -58,6 +59,13 @@ struct Sequence {
   std::unique_ptr<Sampler> sampler;
   std::shared_ptr<const JsonSchema> json_schema;  // json_schema output: its compiled schema
   std::unique_ptr<Policy> policy;
+  // This step's speculative rows: the last sampled token, then the drafted ones (empty: none).
+  std::vector<int32_t> verify;
+  // Speculation's running estimate of P(a drafted token is accepted), from verified drafts and
+  // from the first token of drafts a plain step declined (spec_probe, checked when it samples).
+  double spec_alpha = 0.5;
+  int32_t spec_probe = -1;
+  void ObserveDraft(bool accepted) { spec_alpha += 0.1 * ((accepted ? 1.0 : 0.0) - spec_alpha); }
   Utf8StreamDecoder utf8;
   std::string held;              // decoded text held back (could start a stop string)
   RequestUsage usage;
@@ -130,6 +138,15 @@ class Engine::Impl {
   bool Admit(Sequence& s);
   bool EnsurePages(Sequence& s, int64_t upto);
   void Preempt(Sequence& s);
+  // Drafts up to `room` speculative tokens for a decoding sequence into s.verify; returns how
+  // many (0: it decodes one token as usual).
+  int Draft(Sequence& s, int room);
+  // Samples a verified sequence's rows in order while they agree with the draft; rolls the
+  // rejected rows out of the cache. Returns why the sequence ends, if it does.
+  std::optional<FinishReason> Verify(Sequence& s, const float* logits, int rows);
+  void ReportSelection(const Sequence& s);
+  // Registers the sequence's newly full, computed pages for prefix reuse.
+  void RegisterFullPages(Sequence& s);
   // Appends a sampled token and streams it; returns why the sequence ends, if it does.
   std::optional<FinishReason> Emit(Sequence& s, const SampleResult& r);
   // The text of one output token: end-of-generation and stop ids, stop strings, UTF-8
@@ -348,6 +365,132 @@ std::optional<FinishReason> Engine::Impl::Emit(Sequence& s, const SampleResult& 
   return reason;
 }
 
+int Engine::Impl::Draft(Sequence& s, int room) {
+  s.verify.clear();
+  const int ps = opts.page_size;
+  const int64_t p = s.computed;  // the last sampled token's position; s.tokens.size() == p + 1
+  int64_t k = std::min<int64_t>({opts.spec_tokens, room,
+                                 s.req.sampling.max_tokens - s.generated - 1,  // one per row
+                                 max_context - 1 - p});
+  // Rows past the pages held take at most one more page, and only while the pool has a page
+  // for every running sequence besides: speculation never preempts anyone.
+  const int64_t held = static_cast<int64_t>(s.pages.size()) * ps;
+  const int64_t need = (p / ps + 1) * ps;  // the page of position p
+  const bool spare = pages->available() > static_cast<int64_t>(running.size()) + 1;
+  k = std::min(k, std::max(held, need + (spare ? ps : 0)) - 1 - p);
+  // int8 pages quantize when their last slot is written: a draft row may not write one, since
+  // a rejected row there could not be rolled back (PagedKvCache::TruncatePage).
+  if (kv && kv->dtype() == KvDtype::kInt8) {
+    const int64_t r = p % ps;
+    k = std::min<int64_t>(k, r < ps - 1 ? ps - 2 - r : ps - 1);
+  }
+  if (k <= 0 || (s.policy && !s.policy->DenseAt(p + 1 + k))) return 0;
+  std::vector<int32_t> draft;
+  NgramDraft(s.tokens.data(), static_cast<int64_t>(s.tokens.size()), opts.spec_ngram_min,
+             opts.spec_ngram_max, static_cast<int>(k), &draft);
+  if (draft.empty()) return 0;
+  // How many to verify: the most tokens per unit of step time. A step emits (1 - a^(k+1)) /
+  // (1 - a) tokens on average with k drafts accepted each with probability a; each extra row
+  // costs little in the matrix products (the weights are read once) but its own attention over
+  // the context, about rho = ctx / (ctx + C) of a plain step, C the context whose K/V bytes
+  // equal the weights' (per token: 1 + k rho).
+  const double a = std::min(s.spec_alpha, 0.999);
+  const double ctx = static_cast<double>(p + 1);
+  const double c = static_cast<double>(runner->WeightBytes()) / kv->BytesPerToken();
+  const double rho = ctx / (ctx + c);
+  int best = 0;
+  double best_gain = 1.02;  // a plain step, with a margin against noise in the estimate
+  double emitted = 1, ak = 1;
+  for (int n = 1; n <= static_cast<int>(draft.size()); ++n) {
+    ak *= a;
+    emitted += ak;
+    const double gain = emitted / (1 + n * rho);
+    if (gain > best_gain) {
+      best_gain = gain;
+      best = n;
+    }
+  }
+  if (best == 0) {
+    s.spec_probe = draft[0];
+    return 0;
+  }
+  draft.resize(best);
+  s.verify.reserve(draft.size() + 1);
+  s.verify.push_back(s.tokens[p]);
+  s.verify.insert(s.verify.end(), draft.begin(), draft.end());
+  return static_cast<int>(draft.size());
+}
+
+std::optional<FinishReason> Engine::Impl::Verify(Sequence& s, const float* logits, int rows) {
+  const int vocab = model().vocab_size;
+  const int64_t p = s.computed;
+  std::vector<float> row(vocab);
+  std::optional<FinishReason> reason;
+  int e = 0;  // tokens emitted; row i's input (verify[i]) is valid while i < e
+  while (e < rows) {
+    // Row e saw the prompt, the output and the drafts before it, all accepted: it samples as a
+    // plain decode step at position p + e would (the sampler modifies its copy).
+    std::copy_n(logits + static_cast<size_t>(e) * vocab, vocab, row.data());
+    const SampleResult r =
+        s.sampler->Sample(row.data(), vocab, s.tokens, s.tokens.size() - s.generated);
+    if (s.policy) {
+      s.policy->RecordDenseStep(p + e + 1);
+      ReportSelection(s);
+    }
+    ++e;
+    reason = Emit(s, r);
+    if (reason || e == rows) break;
+    s.ObserveDraft(r.id == s.verify[e]);
+    if (r.id != s.verify[e]) break;
+  }
+  s.computed = p + e;
+  s.usage.spec_draft_tokens += rows - 1;
+  s.usage.spec_accepted_tokens += e - 1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s.internal) {
+      stats.spec_drafts_total++;
+      stats.spec_draft_tokens_total += rows - 1;
+      stats.spec_accepted_tokens_total += e - 1;
+    }
+  }
+  // Rows e.. hold rejected tokens: forget them so each page's box is what a plain decode would
+  // have built (a finished sequence frees its pages instead).
+  if (!reason) {
+    const int ps = opts.page_size;
+    for (int64_t pg = (p + e) / ps; pg <= (p + rows - 1) / ps; ++pg)
+      kv->TruncatePage(s.pages[pg], static_cast<int>(std::max<int64_t>(0, p + e - pg * ps)));
+  }
+  return reason;
+}
+
+void Engine::Impl::RegisterFullPages(Sequence& s) {
+  const int ps = opts.page_size;
+  while (opts.prefix_caching && static_cast<int64_t>(s.hashes.size() + 1) * ps <= s.computed) {
+    const size_t i = s.hashes.size();
+    const uint64_t prev = i == 0 ? s.req.cache_salt : s.hashes[i - 1];
+    const uint64_t h = PagePool::BlockHash(prev, &s.tokens[i * ps], ps);
+    pages->Register(s.pages[i], h, &s.tokens[i * ps]);
+    s.hashes.push_back(h);
+  }
+}
+
+void Engine::Impl::ReportSelection(const Sequence& s) {
+  if (observer == nullptr || s.internal) return;
+  const StepStats& st = s.policy->last_step();
+  SelectionSummary one;
+  one.policy = s.policy->name();
+  one.steps = 1;
+  one.pages_scored = st.pages_scored;
+  one.pages_selected = st.pages_selected;
+  one.kv_bytes_read = st.kv_bytes_read;
+  one.kv_bytes_dense = st.kv_bytes_dense;
+  one.page_hit_rate = st.oracle_samples ? st.hit_rate_sum / st.oracle_samples : -1;
+  one.mass_recall = st.oracle_samples ? st.mass_recall_sum / st.oracle_samples : -1;
+  one.select_seconds = st.select_seconds;
+  observer->OnSelectionStep(one);
+}
+
 bool Engine::Impl::Step() {
   const double now = NowSeconds();
   // 1. Aborts and deadlines.
@@ -445,6 +588,10 @@ bool Engine::Impl::Step() {
   std::vector<SeqInput> batch;
   StepMessage tp_msg;  // the same batch for the followers (tensor parallelism)
   std::vector<int> chunk(running.size(), 0);
+  for (auto& s : running) {
+    s->verify.clear();
+    s->spec_probe = -1;
+  }
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < running.size(); ++i) {
       Sequence& s = *running[i];
@@ -454,6 +601,14 @@ bool Engine::Impl::Step() {
       chunk[i] = static_cast<int>(std::min<int64_t>(pending, budget));
       budget -= chunk[i];
     }
+    // Speculative rows come after every decode token and before the prefill chunks.
+    if (pass == 0 && opts.spec_tokens > 0)
+      for (size_t i = 0; i < running.size() && budget > 0; ++i)
+        if (chunk[i] == 1 && running[i]->computed >= running[i]->prompt_len) {
+          const int k = Draft(*running[i], budget);
+          chunk[i] += k;
+          budget -= k;
+        }
   }
   // Pages for the chunks; when the pool runs dry, preempt the newest sequences.
   for (size_t i = 0; i < running.size(); ++i) {
@@ -470,6 +625,7 @@ bool Engine::Impl::Step() {
           victim = running[j].get();
       if (victim == nullptr) victim = &s;
       Preempt(*victim);
+      victim->verify.clear();
       for (size_t j = 0; j < running.size(); ++j)
         if (running[j].get() == victim) chunk[j] = 0;
       if (victim == &s) break;
@@ -479,11 +635,11 @@ bool Engine::Impl::Step() {
     Sequence& s = *running[i];
     if (chunk[i] == 0 || s.pages.empty()) continue;
     SeqInput in;
-    in.tokens = &s.tokens[s.computed];
+    in.tokens = s.verify.empty() ? &s.tokens[s.computed] : s.verify.data();
     in.n = chunk[i];
     in.start_pos = s.computed;
     in.pages = &s.pages;
-    in.all_logits = false;
+    in.all_logits = in.decode_rows = !s.verify.empty();
     const bool decode = chunk[i] == 1 && s.computed >= s.prompt_len;
     if (decode && s.policy && !cuda) {
       s.policy->BeginStep(s.computed + 1);
@@ -540,7 +696,8 @@ bool Engine::Impl::Step() {
   if (!fs.ok() && tp != nullptr) TpFail(fs);
   const double step_s = sw.Seconds();
   int prefill_tokens = 0;
-  for (auto& in : batch) prefill_tokens += in.n > 1 ? in.n : 0;
+  for (size_t b = 0; b < batch.size(); ++b)
+    prefill_tokens += batch[b].n > 1 && batch_seqs[b]->verify.empty() ? batch[b].n : 0;
   if (observer != nullptr) observer->OnStep(static_cast<int>(batch.size()), prefill_tokens, step_s);
   if (!fs.ok()) {
     TS_LOG(ERROR) << "forward failed: " << fs;
@@ -551,10 +708,18 @@ bool Engine::Impl::Step() {
 
   // 5. Advance, register full pages for prefix reuse, sample where a sequence is caught up.
   const int vocab = model().vocab_size;
-  const int ps = opts.page_size;
   std::vector<std::pair<Sequence*, FinishReason>> ended;
+  size_t row = 0;  // the batch entry's first logits row
   for (size_t b = 0; b < batch.size(); ++b) {
     Sequence& s = *batch_seqs[b];
+    float* out = &logits[row * vocab];
+    row += batch[b].all_logits ? batch[b].n : 1;
+    if (!s.verify.empty()) {
+      std::optional<FinishReason> reason = Verify(s, out, batch[b].n);
+      RegisterFullPages(s);
+      if (reason) ended.push_back({&s, *reason});
+      continue;
+    }
     StepStats device_step;
     const bool device_selected = cuda && s.policy && cuda->StepStatsOf(b, &device_step);
     if (batch[b].selector != nullptr || device_selected) {
@@ -563,33 +728,14 @@ bool Engine::Impl::Step() {
       } else {
         s.policy->EndStep();
       }
-      if (observer != nullptr && !s.internal) {
-        const StepStats& st = s.policy->last_step();
-        SelectionSummary one;
-        one.policy = s.policy->name();
-        one.steps = 1;
-        one.pages_scored = st.pages_scored;
-        one.pages_selected = st.pages_selected;
-        one.kv_bytes_read = st.kv_bytes_read;
-        one.kv_bytes_dense = st.kv_bytes_dense;
-        one.page_hit_rate = st.oracle_samples ? st.hit_rate_sum / st.oracle_samples : -1;
-        one.mass_recall = st.oracle_samples ? st.mass_recall_sum / st.oracle_samples : -1;
-        one.select_seconds = st.select_seconds;
-        observer->OnSelectionStep(one);
-      }
+      ReportSelection(s);
     }
     s.computed += batch[b].n;
-    while (static_cast<int64_t>(s.hashes.size() + 1) * ps <= s.computed && opts.prefix_caching) {
-      const size_t i = s.hashes.size();
-      const uint64_t prev = i == 0 ? s.req.cache_salt : s.hashes[i - 1];
-      const uint64_t h = PagePool::BlockHash(prev, &s.tokens[i * ps], ps);
-      pages->Register(s.pages[i], h, &s.tokens[i * ps]);
-      s.hashes.push_back(h);
-    }
+    RegisterFullPages(s);
     if (s.computed < static_cast<int64_t>(s.tokens.size())) continue;  // more prefill to do
     if (!s.started && s.policy) s.policy->OnPrefill(s.computed);
-    const SampleResult r = s.sampler->Sample(&logits[b * static_cast<size_t>(vocab)], vocab,
-                                             s.tokens, s.tokens.size() - s.generated);
+    const SampleResult r = s.sampler->Sample(out, vocab, s.tokens, s.tokens.size() - s.generated);
+    if (s.spec_probe >= 0) s.ObserveDraft(r.id == s.spec_probe);
     if (auto reason = Emit(s, r)) ended.push_back({&s, *reason});
   }
   for (auto& [seq, reason] : ended)
@@ -709,6 +855,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   // The followers build their caches from TpHello, which carries no dtype.
   if (kv_dtype != KvDtype::kF16 && options.tp_size != 1)
     return absl::InvalidArgumentError("kv_dtype int8 is not supported with tensor parallelism");
+  if (options.spec_tokens < 0 || options.spec_tokens > 32)
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec_tokens must be in [0, 32], got ", options.spec_tokens));
+  if (options.spec_tokens > 0) {
+    if (options.spec_ngram_min < 1 || options.spec_ngram_max < options.spec_ngram_min)
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec_ngram_min and spec_ngram_max must satisfy 1 <= min <= max, got ",
+                       options.spec_ngram_min, " and ", options.spec_ngram_max));
+    if (options.device != "cpu" || options.tp_size != 1)
+      return absl::InvalidArgumentError(
+          "spec_tokens: speculative decoding runs on the CPU runner with one rank for now");
+  }
   TS_ASSIGN_OR_RETURN(impl->source, OpenWeightSource(options.model_path));
   TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(impl->source->tokenizer_data()));
   {

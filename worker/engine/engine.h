@@ -49,6 +49,14 @@ struct EngineOptions {
   int max_queue = 256;           // waiting requests before RESOURCE_EXHAUSTED
   bool prefix_caching = true;
   SelectionSpec default_selection;  // the server's policy; requests may override
+  // Speculative decoding by prompt lookup (worker/engine/ngram_draft.h): a decoding sequence
+  // whose last n tokens (n from spec_ngram_max down to spec_ngram_min) occurred earlier drafts
+  // up to spec_tokens of the tokens that followed; one forward verifies them all and every row
+  // samples as a plain step would, so the output follows the same distribution (seeded: the
+  // same draws). 0 turns it off. CPU runner, one rank; a sequence speculates while its policy
+  // attends densely (Policy::DenseAt), since verified rows attend all their pages.
+  int spec_tokens = 0;
+  int spec_ngram_min = 2, spec_ngram_max = 4;
   int tp_rank = 0, tp_size = 1;     // tensor parallelism (see worker/tp)
   // Tensor parallelism (tp_size > 1): this engine is rank 0 of the group and tp_comm (not owned,
   // must outlive the engine) is its communicator; ranks > 0 run worker/tp/tp_follower.h, which
@@ -98,6 +106,8 @@ struct RequestUsage {
   double prefill_seconds = 0; // first scheduled -> first token
   double decode_seconds = 0;  // first token -> last token
   double e2e_seconds = 0;
+  int spec_draft_tokens = 0;     // speculative tokens drafted (EngineOptions::spec_tokens)
+  int spec_accepted_tokens = 0;  // of which the model agreed with
   SelectionSummary selection;
 };
 
@@ -140,6 +150,9 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0;
   int64_t generated_tokens_total = 0;
   int64_t steps_total = 0;
+  int64_t spec_drafts_total = 0;  // verify steps (a sequence's drafted tokens, checked)
+  int64_t spec_draft_tokens_total = 0;
+  int64_t spec_accepted_tokens_total = 0;
   // --device cuda with the tiered KV cache (--kv-device-pages): device page-cache lookups over
   // the tiered layers, and bytes copied host -> device / read from host memory directly.
   int64_t kv_tier_hits = 0, kv_tier_misses = 0;

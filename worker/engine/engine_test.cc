@@ -191,6 +191,104 @@ TEST(Engine, PreemptionUnderPagePressureKeepsOutputs) {
   EXPECT_EQ(e->Stats().kv_pages_used, 0);
 }
 
+// Speculative decoding (prompt lookup) changes how many tokens a step makes, not which: every
+// row samples as a plain step would, rejected rows are rolled out of the pages (the quest boxes
+// included), so greedy and seeded outputs equal the plain engine's. Quest with a small budget
+// speculates while the context fits the budget and decodes plainly past it; int8 pages stop
+// drafts short of a page's last slot.
+TEST(Engine, SpeculativeDecodingGivesTheSameTokens) {
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily and Ben"};
+  for (const std::string kv_dtype : {"f16", "int8"})
+    for (const std::string policy : {"dense", "quest"}) {
+      SCOPED_TRACE(kv_dtype + " " + policy);
+      EngineOptions o = Options();
+      o.kv_dtype = kv_dtype;
+      o.default_selection.policy = policy;
+      o.default_selection.budget = 64;  // 4 pages: selection is active past 64 tokens
+      o.default_selection.dense_layers = 1;
+      const auto plain = RunEachAlone(o, prompts, 160, true);
+      o.spec_tokens = 4;
+      o.spec_ngram_min = 1;
+      o.spec_ngram_max = 3;
+      auto e = MakeEngine(o);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const auto sink = RunTogether(*e, {prompts[i]}, 160, true)[0];
+        EXPECT_EQ(sink->ids, plain[i]) << prompts[i];
+        EXPECT_EQ(sink->usage.generated_tokens, 160);
+        EXPECT_GT(sink->usage.spec_accepted_tokens, 0);
+        EXPECT_LE(sink->usage.spec_accepted_tokens, sink->usage.spec_draft_tokens);
+      }
+      // Several speculating sequences in one batch: the same tokens again.
+      const auto together = RunTogether(*e, prompts, 160, true);
+      for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i]->ids, plain[i]);
+      const EngineStats st = e->Stats();
+      EXPECT_GT(st.spec_drafts_total, 0);
+      EXPECT_GT(st.spec_accepted_tokens_total, 0);
+      EXPECT_EQ(st.kv_pages_used, 0);
+    }
+}
+
+TEST(Engine, SpeculativeDecodingKeepsSeedsStopsAndLimits) {
+  EngineOptions o = Options();
+  auto plain = MakeEngine(o);
+  o.spec_tokens = 6;
+  o.spec_ngram_min = 1;
+  auto spec = MakeEngine(o);
+  auto run = [](Engine& e, GenerateRequest r) {
+    auto sink = std::make_shared<CollectSink>();
+    EXPECT_TRUE(e.Submit(std::move(r), sink).ok());
+    e.RunUntilIdle();
+    return sink;
+  };
+  // Seeded sampling: one draw per emitted token, the same draws.
+  GenerateRequest r = Greedy(*plain, "Once upon a time", 120, true);
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 11;
+  r.sampling.logprobs = 2;
+  const auto a = run(*plain, r), b = run(*spec, r);
+  EXPECT_EQ(b->ids, a->ids);
+  EXPECT_EQ(b->logprobs, a->logprobs);
+  EXPECT_EQ(b->tops, a->tops);
+  EXPECT_GT(b->usage.spec_draft_tokens, 0);
+  // A stop string met in the middle of a verified step ends the output right there.
+  GenerateRequest g = Greedy(*plain, "Once upon a time", 160, true);
+  const auto full = run(*plain, g);
+  ASSERT_GT(full->text.size(), 200u);
+  g.sampling.stop = {full->text.substr(150, 12)};
+  const auto p_stop = run(*plain, g), s_stop = run(*spec, g);
+  EXPECT_EQ(s_stop->reason, FinishReason::kStopString);
+  EXPECT_EQ(s_stop->text, p_stop->text);
+  EXPECT_EQ(s_stop->ids, p_stop->ids);
+  // max_tokens and the context end are exact, however many rows a step verifies.
+  for (int n : {1, 2, 7, 33}) {
+    GenerateRequest m = Greedy(*plain, "Once upon a time", n, true);
+    EXPECT_EQ(run(*spec, m)->ids.size(), static_cast<size_t>(n));
+  }
+  GenerateRequest c = Greedy(*plain, "Once upon a time", 510, true);  // runs into the context end
+  const auto to_end = run(*spec, c);
+  EXPECT_EQ(to_end->reason, FinishReason::kLength);
+  EXPECT_EQ(to_end->ids.size() + c.prompt_ids.size(), 512u);  // max_context
+  EXPECT_EQ(spec->Stats().kv_pages_used, 0);
+}
+
+TEST(Engine, SpeculativeOptionErrorsNameTheOption) {
+  auto expect_error = [](EngineOptions o, const std::string& words) {
+    auto e = Engine::Create(o);
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << words;
+    EXPECT_NE(e.status().message().find(words), std::string::npos) << e.status();
+  };
+  EngineOptions o = Options();
+  o.spec_tokens = 33;
+  expect_error(o, "spec_tokens must be in [0, 32]");
+  o.spec_tokens = 4;
+  o.spec_ngram_min = 3;
+  o.spec_ngram_max = 2;
+  expect_error(o, "spec_ngram_min and spec_ngram_max");
+  o.spec_ngram_min = 1;
+  o.device = "cuda";
+  expect_error(o, "spec_tokens: speculative decoding runs on the CPU runner");
+}
+
 TEST(Engine, AbortAndDeadlineReturnPages) {
   auto e = MakeEngine();
   e->Start();

@@ -243,6 +243,23 @@ void PagedKvCache::WriteToken(int layer, int32_t page, int slot, const float* k,
   }
 }
 
+void PagedKvCache::TruncatePage(int32_t page, int valid) {
+  if (valid <= 0) return ResetPage(page);
+  const int d = config_.head_dim;
+  const Stage* st = config_.dtype == KvDtype::kInt8 ? StageOf(page) : nullptr;
+  if (config_.dtype == KvDtype::kInt8 && st == nullptr) return;  // quantized: nothing staged
+  for (int l = 0; l < config_.n_layers; ++l)
+    for (int h = 0; h < config_.n_kv_heads; ++h) {
+      fp16_t* mn = kmin_[l].data() + MetaOffset(page, h);
+      fp16_t* mx = kmax_[l].data() + MetaOffset(page, h);
+      std::fill(mn, mn + d, kPosInf);
+      std::fill(mx, mx + d, kNegInf);
+      const fp16_t* keys = st != nullptr ? st->k.data() + StageOffset(l, h) : K(l, page, h);
+      for (int slot = 0; slot < valid; ++slot)
+        WidenFp16Box(keys + static_cast<size_t>(slot) * d, mn, mx, d);
+    }
+}
+
 void PagedKvCache::CopyPage(int32_t src, int32_t dst) {
   const size_t n = static_cast<size_t>(config_.n_kv_heads) * config_.page_size * config_.head_dim;
   const size_t m = static_cast<size_t>(config_.n_kv_heads) * config_.head_dim;

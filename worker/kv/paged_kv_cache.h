@@ -124,6 +124,11 @@ class PagedKvCache {
   // a page slot and widens the page's bounding box (int8: into the page's fp16 stage; the last
   // slot quantizes the page in this layer).
   void WriteToken(int layer, int32_t page, int slot, const float* k, const float* v);
+  // Forgets slots [valid, page_size) of a page in every layer (speculative tokens that were
+  // rejected): the box is rebuilt from the keys of slots [0, valid), as if only they had been
+  // written; valid == 0 is ResetPage. int8 REQUIRES: the page is still staged in every layer
+  // (none of the forgotten slots was its last one).
+  void TruncatePage(int32_t page, int valid);
   // Copies a page's contents (all layers) to another page (copy-on-write of a partial page).
   void CopyPage(int32_t src, int32_t dst);
 

@@ -212,3 +212,68 @@ TEST(PagedKvCache, Int8HalvesKvBytes) {
 
 }  // namespace
 }  // namespace tinyserve
+
+namespace tinyserve {
+namespace {
+
+// Speculative tokens that were rejected are forgotten: the page's box (and, for int8, what the
+// page quantizes to once filled) is what writing only the kept slots gives.
+TEST(PagedKvCache, TruncatePageForgetsRejectedSlots) {
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kInt8}) {
+    SCOPED_TRACE(KvDtypeName(dtype));
+    const int L = 2, H = 2, D = 16, P = 8;
+    KvCacheConfig c{L, H, D, P, /*num_pages=*/4, dtype};
+    PagedKvCache cache(c);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd;
+    std::vector<std::vector<float>> k(P, std::vector<float>(H * D)), v = k;
+    for (int s = 0; s < P; ++s)
+      for (int i = 0; i < H * D; ++i) {
+        k[s][i] = nd(rng);
+        v[s][i] = nd(rng);
+      }
+    std::vector<float> junk(H * D, 40.0f);  // a rejected token's keys, far outside the box
+    // Page 1: slots 0..2 kept, 3..5 rejected and forgotten, then 3..7 written for real.
+    // Page 2: 0..7 written straight.
+    cache.ResetPage(1);
+    cache.ResetPage(2);
+    for (int l = 0; l < L; ++l) {
+      for (int s = 0; s < 3; ++s) cache.WriteToken(l, 1, s, k[s].data(), v[s].data());
+      for (int s = 3; s < 6; ++s) cache.WriteToken(l, 1, s, junk.data(), junk.data());
+    }
+    cache.TruncatePage(1, 3);
+    for (int l = 0; l < L; ++l)
+      for (int s = 0; s < 3; ++s) cache.WriteToken(l, 2, s, k[s].data(), v[s].data());
+    auto same_box = [&] {
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < H; ++h)
+          for (int d = 0; d < D; ++d) {
+            EXPECT_EQ(cache.KMin(l, 1, h)[d], cache.KMin(l, 2, h)[d]);
+            EXPECT_EQ(cache.KMax(l, 1, h)[d], cache.KMax(l, 2, h)[d]);
+          }
+    };
+    same_box();
+    for (int l = 0; l < L; ++l)
+      for (int s = 3; s < P; ++s) {
+        cache.WriteToken(l, 1, s, k[s].data(), v[s].data());
+        cache.WriteToken(l, 2, s, k[s].data(), v[s].data());
+      }
+    same_box();
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < P * D; ++i) {
+          if (dtype == KvDtype::kF16) {
+            EXPECT_EQ(cache.K(l, 1, h)[i], cache.K(l, 2, h)[i]);
+          } else {
+            EXPECT_EQ(cache.K8(l, 1, h)[i], cache.K8(l, 2, h)[i]);
+            EXPECT_EQ(cache.V8(l, 1, h)[i], cache.V8(l, 2, h)[i]);
+          }
+        }
+    // Keeping nothing empties the box.
+    cache.TruncatePage(2, 0);
+    EXPECT_GT(Fp16ToFloat(cache.KMin(0, 2, 0)[0]), Fp16ToFloat(cache.KMax(0, 2, 0)[0]));
+  }
+}
+
+}  // namespace
+}  // namespace tinyserve

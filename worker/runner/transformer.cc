@@ -375,6 +375,33 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
   return absl::OkStatus();
 }
 
+namespace {
+
+// Flash-decoding's merge of one query group's attention over parts of its tokens: out = sum_i
+// exp(lse_i - max) out_i / sum_i exp(lse_i - max), per head. Part i's [group][hd] output is at
+// part_out + i * out_stride, its [group] log-sum-exp at part_lse + i * lse_stride; a part with
+// no tokens (lse -inf) adds exact zeros.
+void MergeParts(const float* part_out, const float* part_lse, int n_parts, size_t out_stride,
+                size_t lse_stride, int group, int hd, float* out) {
+  for (int g = 0; g < group; ++g) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < n_parts; ++i) m = std::max(m, part_lse[i * lse_stride + g]);
+    float* o = out + static_cast<size_t>(g) * hd;
+    std::fill(o, o + hd, 0.0f);
+    if (m == -std::numeric_limits<float>::infinity()) continue;
+    float wsum = 0;
+    for (int i = 0; i < n_parts; ++i) {
+      const float w = std::exp(part_lse[i * lse_stride + g] - m);
+      wsum += w;
+      const float* po = part_out + i * out_stride + static_cast<size_t>(g) * hd;
+      for (int x = 0; x < hd; ++x) o[x] += w * po[x];
+    }
+    for (int x = 0; x < hd; ++x) o[x] /= wsum;
+  }
+}
+
+}  // namespace
+
 void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
                                   const std::vector<int>& row0, const std::vector<int>& seq_of_row,
                                   PagedKvCache* kv) {
@@ -419,9 +446,16 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
   constexpr int kPrefillBlockRows = 32;
   std::vector<PrefillBlock> blocks;
   std::vector<char> in_block(T, 0);
+  // Verified rows (SeqInput::decode_rows): one item per (sequence, KV head) for all its rows.
+  std::vector<std::pair<int, int>> verify;
+  for (size_t s = 0; s + 1 < row0.size(); ++s) {
+    if (!batch[s].decode_rows || batch[s].n <= 1) continue;
+    for (int h = 0; h < kv_local_; ++h) verify.emplace_back(static_cast<int>(s), h);
+    std::fill(in_block.begin() + row0[s], in_block.begin() + row0[s + 1], 1);
+  }
   if (hd % 32 == 0 && hd <= 256) {
     for (size_t s = 0; s + 1 < row0.size(); ++s) {
-      if (batch[s].n <= 1) continue;
+      if (batch[s].n <= 1 || batch[s].decode_rows) continue;
       for (int t = row0[s]; t < row0[s + 1]; t += kPrefillBlockRows)
         for (int h = 0; h < kv_local_; ++h)
           blocks.push_back({t, std::min(kPrefillBlockRows, row0[s + 1] - t), h});
@@ -518,6 +552,60 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
     });
   }
 
+  if (!verify.empty()) {
+    parallel(static_cast<int64_t>(verify.size()), [&](int64_t b, int64_t e, int) {
+      std::vector<KvSpan> spans;
+      std::vector<int32_t> all;
+      std::vector<int64_t> limit;
+      std::vector<float> part_out, part_lse;
+      for (int64_t i = b; i < e; ++i) {
+        const auto [s, h] = verify[i];
+        const SeqInput& in = batch[s];
+        const int rows = in.n, t0 = row0[s];
+        const int64_t first = int64_t{t0} * kv_local_ + h;
+        auto n_pages_of = [&](int r) { return (in.start_pos + r + 1 + ps - 1) / ps; };
+        // Rows whose pages fit one part attend in one call, as their decode steps would; the
+        // rest (more than kPartPages pages) part by part, merged as the decode path merges.
+        int whole = 0;
+        while (whole < rows && static_cast<size_t>(n_pages_of(whole)) <= kPartPages) ++whole;
+        if (whole > 0) {
+          all.resize(static_cast<size_t>(n_pages_of(whole - 1)));
+          for (size_t p = 0; p < all.size(); ++p) all[p] = static_cast<int32_t>(p);
+          page_spans((first + int64_t{whole - 1} * kv_local_), all.data(), all.size(), &spans);
+          limit.resize(whole);
+          for (int r = 0; r < whole; ++r) limit[r] = in.start_pos + r + 1;
+          AttendSpansRows(q_of(first), qdim, whole, group, hd, spans.data(),
+                          static_cast<int>(spans.size()), limit.data(), scale, out_of(first), qdim);
+        }
+        const int split = rows - whole;
+        if (split == 0) continue;
+        const int64_t last = first + int64_t{rows - 1} * kv_local_;
+        const int64_t n_pages = n_pages_of(rows - 1);
+        const int64_t n_parts = (n_pages + kPartPages - 1) / kPartPages;
+        const size_t elems = static_cast<size_t>(group) * hd;
+        part_out.resize(static_cast<size_t>(n_parts) * split * elems);
+        part_lse.resize(static_cast<size_t>(n_parts) * split * group);
+        limit.resize(split);
+        for (int64_t m = 0; m < n_parts; ++m) {
+          const int64_t p0 = m * static_cast<int64_t>(kPartPages);
+          all.resize(static_cast<size_t>(std::min<int64_t>(kPartPages, n_pages - p0)));
+          for (size_t p = 0; p < all.size(); ++p) all[p] = static_cast<int32_t>(p0 + p);
+          page_spans(last, all.data(), all.size(), &spans);
+          for (int r = 0; r < split; ++r)
+            limit[r] = std::max<int64_t>(0, in.start_pos + whole + r + 1 - p0 * ps);
+          AttendSpansRows(q_of(first + int64_t{whole} * kv_local_), qdim, split, group, hd,
+                          spans.data(), static_cast<int>(spans.size()), limit.data(), scale,
+                          &part_out[m * split * elems], static_cast<int64_t>(elems),
+                          &part_lse[m * split * group]);
+        }
+        for (int r = 0; r < split; ++r)
+          MergeParts(&part_out[r * elems], &part_lse[r * group], static_cast<int>(n_parts),
+                     split * elems, split * group, group, hd,
+                     out_of(first + int64_t{whole + r} * kv_local_));
+      }
+    });
+  }
+
   // The split items: parts (item, first chosen index), attended with their log-sum-exp.
   std::vector<std::pair<int64_t, size_t>> parts;
   for (int64_t it = 0; it < items; ++it)
@@ -538,27 +626,12 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
                   &part_out[i * part_elems]);
     }
   });
-  // Merge: out = sum_i exp(lse_i - max) out_i / sum_i exp(lse_i - max), per head.
   for (size_t i0 = 0; i0 < parts.size();) {
     const int64_t it = parts[i0].first;
     size_t i1 = i0;
     while (i1 < parts.size() && parts[i1].first == it) ++i1;
-    float* out = out_of(it);
-    for (int g = 0; g < group; ++g) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (size_t i = i0; i < i1; ++i) m = std::max(m, part_lse[i * group + g]);
-      float* o = out + static_cast<size_t>(g) * hd;
-      std::fill(o, o + hd, 0.0f);
-      if (m == -std::numeric_limits<float>::infinity()) continue;
-      float wsum = 0;
-      for (size_t i = i0; i < i1; ++i) {
-        const float w = std::exp(part_lse[i * group + g] - m);
-        wsum += w;
-        const float* po = &part_out[i * part_elems + static_cast<size_t>(g) * hd];
-        for (int x = 0; x < hd; ++x) o[x] += w * po[x];
-      }
-      for (int x = 0; x < hd; ++x) o[x] /= wsum;
-    }
+    MergeParts(&part_out[i0 * part_elems], &part_lse[i0 * group], static_cast<int>(i1 - i0),
+               part_elems, group, group, hd, out_of(it));
     i0 = i1;
   }
 }

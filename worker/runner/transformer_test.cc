@@ -25,16 +25,25 @@ std::string TestModels() {
   return v ? v : "";
 }
 
+// A fresh cache (pages of 16 tokens) holding one sequence of n tokens in pages 0, 1, ...
+struct FreshCache {
+  static constexpr int kPageSize = 16;
+  FreshCache(const TransformerRunner& r, size_t n)
+      : kv(r.MakeKvConfig(kPageSize, (static_cast<int64_t>(n) + kPageSize - 1) / kPageSize)) {
+    for (int32_t p = 0; p < kv.config().num_pages; ++p) {
+      pages.push_back(p);
+      kv.ResetPage(p);
+    }
+  }
+  PagedKvCache kv;
+  std::vector<int32_t> pages;
+};
+
 // Runs all tokens of one sequence through a fresh cache; returns [n][vocab] logits.
 std::vector<float> RunAll(TransformerRunner& r, const std::vector<int32_t>& ids, int chunk = 0) {
-  const int ps = 16;
-  const int64_t n_pages = (static_cast<int64_t>(ids.size()) + ps - 1) / ps;
-  PagedKvCache kv(r.MakeKvConfig(ps, n_pages));
-  std::vector<int32_t> pages;
-  for (int64_t p = 0; p < n_pages; ++p) {
-    pages.push_back(static_cast<int32_t>(p));
-    kv.ResetPage(static_cast<int32_t>(p));
-  }
+  FreshCache c(r, ids.size());
+  PagedKvCache& kv = c.kv;
+  const std::vector<int32_t>& pages = c.pages;
   std::vector<float> all, logits;
   const int step = chunk > 0 ? chunk : static_cast<int>(ids.size());
   for (size_t start = 0; start < ids.size(); start += step) {
@@ -90,6 +99,62 @@ TEST(TransformerRunner, MatchesTransformersOnRandomHfModels) {
           EXPECT_LE(err, 1e-3f * scale) << name << " position " << t << " chunk " << chunk;
         }
       }
+    }
+  }
+}
+
+// Prefills ids[0, prefix) and then decodes the rest: one token per Forward, or all of them in
+// one Forward as decode_rows (speculative verification). Returns the decode rows' logits.
+std::vector<float> DecodeTail(TransformerRunner& r, const std::vector<int32_t>& ids, int prefix,
+                              bool as_rows) {
+  FreshCache c(r, ids.size());
+  std::vector<float> all, logits;
+  auto run = [&](int start, int n, bool rows) {
+    SeqInput in;
+    in.tokens = &ids[start];
+    in.n = n;
+    in.start_pos = start;
+    in.pages = &c.pages;
+    in.all_logits = in.decode_rows = rows;
+    auto st = r.Forward({in}, &c.kv, &logits);
+    EXPECT_TRUE(st.ok()) << st;
+  };
+  run(0, prefix, false);
+  const int tail = static_cast<int>(ids.size()) - prefix;
+  if (as_rows) {
+    run(prefix, tail, true);
+    return logits;
+  }
+  for (int t = prefix; t < static_cast<int>(ids.size()); ++t) {
+    run(t, 1, false);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+// Rows verified together give bit for bit the logits of single-token decode steps, on head
+// sizes 8 and 64, with attention split into parts (some rows of one Forward split, some not)
+// and without.
+TEST(TransformerRunner, DecodeRowsEqualSingleTokenSteps) {
+  std::vector<std::string> paths = {Stories260kPath()};
+  if (!TestModels().empty()) paths.push_back(TestModels() + "/llama-d64");
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 41; ++i) ids.push_back((i * 37 + 11) % 250 + 3);
+  ThreadPool pool(2);
+  for (const auto& path : paths) {
+    auto src = OpenWeightSource(path);
+    ASSERT_TRUE(src.ok()) << src.status();
+    for (int part_pages : {64, 2}) {
+      RunnerOptions ro;
+      ro.attention_part_pages = part_pages;
+      ro.pool = &pool;
+      auto runner = TransformerRunner::Create(**src, ro);
+      ASSERT_TRUE(runner.ok()) << runner.status();
+      // Rows at positions 29..40 cross the 2-page (32-token) part boundary.
+      const std::vector<float> steps = DecodeTail(**runner, ids, 29, false);
+      const std::vector<float> rows = DecodeTail(**runner, ids, 29, true);
+      ASSERT_EQ(rows.size(), steps.size());
+      EXPECT_TRUE(rows == steps) << path << " parts of " << part_pages << " pages";
     }
   }
 }

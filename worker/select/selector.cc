@@ -47,6 +47,29 @@ void Policy::BeginStep(int64_t n_tokens) {
   step_.kv_bytes_dense += bytes;
 }
 
+bool Policy::DenseAt(int64_t n_tokens) const {
+  bool active = false;
+  for (int l = 0; l < ctx_.n_layers; ++l) {
+    if (NeedsScores(l)) return false;  // it learns from every step's scores (h2o)
+    active |= Active(l);
+  }
+  return !active || (n_tokens + ctx_.page_size - 1) / ctx_.page_size <= page_budget_;
+}
+
+void Policy::RecordDenseStep(int64_t n_tokens) {
+  const int64_t n_pages = (n_tokens + ctx_.page_size - 1) / ctx_.page_size;
+  StepStats step;
+  for (int l = 0; l < ctx_.n_layers; ++l) {
+    if (Active(l)) {
+      step.pages_selected += n_pages * ctx_.n_kv_heads;
+      step.pages_total += n_pages * ctx_.n_kv_heads;
+    }
+    step.kv_bytes_read += n_tokens * ctx_.n_kv_heads * ctx_.kv_bytes_per_token_head_layer;
+  }
+  step.kv_bytes_dense = step.kv_bytes_read;
+  RecordStep(step);
+}
+
 void Policy::RecordStep(const StepStats& step) {
   std::lock_guard<std::mutex> lock(mu_);
   step_ = step;

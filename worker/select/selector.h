@@ -60,6 +60,13 @@ class Policy : public AttentionSelector {
   // For runners that select on the device (worker/runner/cuda_runner.h) instead of calling
   // Select: records one decode step measured there, as BeginStep + Select + EndStep would.
   void RecordStep(const StepStats& step);
+  // True when a decode step over n_tokens attends every page on every layer (a dense policy,
+  // or a context within the page budget) and the policy does not learn from attention scores,
+  // so attending it densely without Select or OnScores is what the policy would do.
+  bool DenseAt(int64_t n_tokens) const;
+  // Records a decode step over n_tokens attended densely without Select (a speculative token
+  // verified with others in one forward; DenseAt(n_tokens) held).
+  void RecordDenseStep(int64_t n_tokens);
   // Prefill hook: the prompt's n tokens are in the cache.
   virtual void OnPrefill(int64_t /*n_tokens*/) {}
   // Append hook: one token was added at position pos.

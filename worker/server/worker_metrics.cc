@@ -101,6 +101,12 @@ WorkerMetrics::WorkerMetrics(const std::string& version, const std::string& mode
   tier_direct_ = counter("tinyserve_kv_tier_direct_bytes_total",
                          "Tiered KV (cuda): K/V bytes read from host memory when a step's pages "
                          "exceeded the device cache");
+  spec_drafts_ = counter("tinyserve_spec_decode_drafts_total",
+                         "Speculative decoding: steps that verified drafted tokens");
+  spec_draft_tokens_ = counter("tinyserve_spec_decode_draft_tokens_total",
+                               "Speculative decoding: tokens drafted by prompt lookup");
+  spec_accepted_ = counter("tinyserve_spec_decode_accepted_tokens_total",
+                           "Speculative decoding: drafted tokens the model agreed with");
 
   sel_steps_ = &BuildCounter()
                     .Name("tinyserve_selection_steps_total")
@@ -173,6 +179,9 @@ void WorkerMetrics::Refresh() {
   Advance(tier_misses_, s.kv_tier_misses, &last_.tier_misses);
   Advance(tier_moved_, s.kv_tier_bytes_moved, &last_.tier_moved);
   Advance(tier_direct_, s.kv_tier_bytes_direct, &last_.tier_direct);
+  Advance(spec_drafts_, s.spec_drafts_total, &last_.spec_drafts);
+  Advance(spec_draft_tokens_, s.spec_draft_tokens_total, &last_.spec_draft_tokens);
+  Advance(spec_accepted_, s.spec_accepted_tokens_total, &last_.spec_accepted);
 }
 
 void WorkerMetrics::OnRequestFinished(FinishReason reason, const RequestUsage& usage) {

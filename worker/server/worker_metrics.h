@@ -96,6 +96,7 @@ class WorkerMetrics : public EngineObserver {
   prometheus::Counter* prefix_queries_pages_;
   prometheus::Counter* prefix_hits_pages_;
   prometheus::Counter *tier_hits_, *tier_misses_, *tier_moved_, *tier_direct_;
+  prometheus::Counter *spec_drafts_, *spec_draft_tokens_, *spec_accepted_;
   prometheus::Counter* steps_;
   prometheus::Histogram* step_seconds_;
   prometheus::Gauge* ready_;
@@ -112,7 +113,8 @@ class WorkerMetrics : public EngineObserver {
   std::mutex refresh_mu_;
   struct Last {
     int64_t preemptions = 0, generated = 0, pq_tokens = 0, ph_tokens = 0, pq_pages = 0,
-            ph_pages = 0, tier_hits = 0, tier_misses = 0, tier_moved = 0, tier_direct = 0;
+            ph_pages = 0, tier_hits = 0, tier_misses = 0, tier_moved = 0, tier_direct = 0,
+            spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
   } last_;  // GUARDED_BY(refresh_mu_)
 };
 
