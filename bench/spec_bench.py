@@ -117,7 +117,7 @@ def main():
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--spec", type=int, default=8, help="drafted tokens per step (both engines)")
-    ap.add_argument("--ngram-min", type=int, default=1)
+    ap.add_argument("--ngram-min", type=int, default=2)
     ap.add_argument("--ngram-max", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--llama-python", default=sys.executable)

@@ -92,7 +92,7 @@ def build():
             [(f"sum(max by (worker) (tinyserve_router_worker_healthy{R}))", "healthy"),
              (f"max(tinyserve_router_workers{R})", "known")], kind="stat", w=4, h=6)
     b.panel("Workers ready",
-            [(f"sum(tinyserve_worker_ready{W})", "ready"), (f"count(up{{job=~\".*worker.*\"}} == 1)", "up")],
+            [(f"sum(tinyserve_worker_ready{W})", "ready"), ("count(up{job=~\".*worker.*\"} == 1)", "up")],
             kind="stat", w=4, h=6)
     b.panel("Requests/s (router)", [(f"sum(rate(tinyserve_router_requests_total{R}{RI}))", "req/s")],
             unit="reqps", kind="stat", w=4, h=6)

@@ -328,6 +328,30 @@ class ClusterTest(cl.ClusterCase):
         self.assertGreater(cl.metric(r.metrics(), "tinyserve_router_routing_decisions_total",
                                      reason="prefix_hit") or 0, 0)
 
+    # Speculative decoding on a worker: the same tokens as a plain worker, drafts counted.
+    def test_speculative_worker_matches_plain(self):
+        plain = self.cluster.worker()
+        spec = self.cluster.worker("--spec-tokens=6", "--spec-ngram-min=1")
+        r = self.cluster.router([spec])
+        for p in PROMPTS[:4]:
+            q = request(p, max_tokens=80, ignore_eos=True)
+            a, b = generate(plain.address, q), generate(r.address, q)
+            self.assertEqual(a.code, grpc.StatusCode.OK, a.details)
+            self.assertEqual(b.code, grpc.StatusCode.OK, b.details)
+            self.assertEqual(b.ids, a.ids, p)
+            self.assertEqual(b.text, a.text, p)
+            self.assertEqual(b.complete.usage.completion_tokens, 80)
+        text = spec.metrics()
+        drafted = cl.metric(text, "tinyserve_spec_decode_draft_tokens_total") or 0
+        accepted = cl.metric(text, "tinyserve_spec_decode_accepted_tokens_total") or 0
+        self.assertGreater(cl.metric(text, "tinyserve_spec_decode_drafts_total") or 0, 0)
+        self.assertGreater(accepted, 0)
+        self.assertLessEqual(accepted, drafted)
+        self.assertTrue(cl.wait_for(
+            lambda: cl.metric(spec.metrics(), "tinyserve_kv_pages_used") == 0, 10),
+            "KV pages still held after the streams ended")
+        self.assertEqual(cl.metric(plain.metrics(), "tinyserve_spec_decode_draft_tokens_total"), 0)
+
     # (h)
     def test_promtool_checks_live_scrapes(self):
         promtool = "/usr/bin/promtool"

@@ -143,7 +143,7 @@ class Engine::Impl {
   int Draft(Sequence& s, int room);
   // Samples a verified sequence's rows in order while they agree with the draft; rolls the
   // rejected rows out of the cache. Returns why the sequence ends, if it does.
-  std::optional<FinishReason> Verify(Sequence& s, const float* logits, int rows);
+  std::optional<FinishReason> Verify(Sequence& s, float* logits, int rows);
   void ReportSelection(const Sequence& s);
   // Registers the sequence's newly full, computed pages for prefix reuse.
   void RegisterFullPages(Sequence& s);
@@ -421,18 +421,16 @@ int Engine::Impl::Draft(Sequence& s, int room) {
   return static_cast<int>(draft.size());
 }
 
-std::optional<FinishReason> Engine::Impl::Verify(Sequence& s, const float* logits, int rows) {
+std::optional<FinishReason> Engine::Impl::Verify(Sequence& s, float* logits, int rows) {
   const int vocab = model().vocab_size;
   const int64_t p = s.computed;
-  std::vector<float> row(vocab);
   std::optional<FinishReason> reason;
   int e = 0;  // tokens emitted; row i's input (verify[i]) is valid while i < e
   while (e < rows) {
     // Row e saw the prompt, the output and the drafts before it, all accepted: it samples as a
-    // plain decode step at position p + e would (the sampler modifies its copy).
-    std::copy_n(logits + static_cast<size_t>(e) * vocab, vocab, row.data());
-    const SampleResult r =
-        s.sampler->Sample(row.data(), vocab, s.tokens, s.tokens.size() - s.generated);
+    // plain decode step at position p + e would.
+    const SampleResult r = s.sampler->Sample(logits + static_cast<size_t>(e) * vocab, vocab,
+                                             s.tokens, s.tokens.size() - s.generated);
     if (s.policy) {
       s.policy->RecordDenseStep(p + e + 1);
       ReportSelection(s);
