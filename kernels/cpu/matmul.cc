@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -172,6 +173,10 @@ void ForRows(const Matrix& w, int64_t n_tokens, ThreadPool* pool,
 }
 
 }  // namespace
+
+int64_t MatMulInvariantRows() {
+  return ActiveCpuIsa() == CpuIsa::kAmx ? kAmxMinTokens - 1 : std::numeric_limits<int64_t>::max();
+}
 
 void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
   if (n_tokens <= 0 || w.rows == 0) return;

@@ -74,6 +74,11 @@ void MatrixRowToFloat(const Matrix& m, int64_t r, float* out);
 // An owned F32 matrix from floats [rows][cols].
 Matrix MatrixFromFloats(const float* data, int64_t rows, int64_t cols);
 
+// The most token rows a product may have for each row's result not to depend on the number of
+// rows it runs with: kAmxMinTokens - 1 where MatMul's path is AMX (bf16 tiles from there on),
+// else no limit.
+int64_t MatMulInvariantRows();
+
 // y[t, r] = dot(W[r, :], x[t, :]) for t < n_tokens; x [n_tokens, cols], y [n_tokens, rows]
 // (rows of y are `rows` apart). Work is split over output rows across the pool's threads.
 void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);

@@ -165,12 +165,16 @@ class Collect : public RequestSink {
 // real disagreement.
 constexpr float kNearTie = 0.5f;
 
-TEST_F(SmolLM2Golden, SixtyFourGreedyTokensIdentical) {
+EngineOptions SmolLM2Engine(int64_t kv_pages) {
   EngineOptions o;
   o.model_path = DefaultModelPath();
-  o.kv_pages = 64;
+  o.kv_pages = kv_pages;
   o.threads = 2;
-  auto engine = Engine::Create(o);
+  return o;
+}
+
+TEST_F(SmolLM2Golden, SixtyFourGreedyTokensIdentical) {
+  auto engine = Engine::Create(SmolLM2Engine(64));
   ASSERT_TRUE(engine.ok());
   std::ifstream mf("tests/golden/smollm2/manifest.json");
   const nlohmann::json manifest = nlohmann::json::parse(mf);
@@ -198,6 +202,48 @@ TEST_F(SmolLM2Golden, SixtyFourGreedyTokensIdentical) {
         std::string(p["name"]).c_str(), same, self, tie);
     EXPECT_GE(same, tie) << p["name"];
   }
+}
+
+// Speculative decoding on the real model: the same greedy tokens as plain decoding, with more
+// drafted rows per step than the batch-invariant product size (MatMulInvariantRows caps them),
+// alone and with the prompts batched together.
+TEST_F(SmolLM2Golden, SpeculativeDecodingKeepsTheTokens) {
+  EngineOptions o = SmolLM2Engine(256);
+  auto plain = Engine::Create(o);
+  ASSERT_TRUE(plain.ok());
+  o.spec_tokens = 16;
+  o.spec_ngram_min = 1;
+  auto spec = Engine::Create(o);
+  ASSERT_TRUE(spec.ok());
+  std::ifstream mf("tests/golden/smollm2/manifest.json");
+  const nlohmann::json manifest = nlohmann::json::parse(mf);
+  std::vector<GenerateRequest> reqs;
+  for (const auto& p : manifest["prompts"]) {
+    if (!p.contains("prompt_ids")) continue;
+    GenerateRequest r;
+    r.request_id = p["name"];
+    r.prompt_ids = p["prompt_ids"].get<std::vector<int32_t>>();
+    r.sampling.max_tokens = 96;
+    r.sampling.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  auto run = [&](Engine& e, const std::vector<GenerateRequest>& batch) {
+    std::vector<std::shared_ptr<Collect>> sinks;
+    for (const auto& r : batch) {
+      sinks.push_back(std::make_shared<Collect>());
+      EXPECT_TRUE(e.Submit(r, sinks.back()).ok());
+    }
+    e.RunUntilIdle();
+    return sinks;
+  };
+  for (const auto& r : reqs) {
+    const auto want = run(**plain, {r})[0]->ids;
+    EXPECT_EQ(run(**spec, {r})[0]->ids, want) << r.request_id << " alone";
+  }
+  const auto want = run(**plain, reqs), got = run(**spec, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(got[i]->ids, want[i]->ids) << reqs[i].request_id << " batched";
+  EXPECT_GT((*spec)->Stats().spec_accepted_tokens_total, 0);
 }
 
 }  // namespace

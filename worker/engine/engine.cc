@@ -16,6 +16,7 @@
 #include "common/thread_pool.h"
 #include "common/timer.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
 #include "worker/engine/ngram_draft.h"
 #include "worker/kv/page_pool.h"
 #include "worker/kv/paged_kv_cache.h"
@@ -599,14 +600,22 @@ bool Engine::Impl::Step() {
       chunk[i] = static_cast<int>(std::min<int64_t>(pending, budget));
       budget -= chunk[i];
     }
-    // Speculative rows come after every decode token and before the prefill chunks.
-    if (pass == 0 && opts.spec_tokens > 0)
-      for (size_t i = 0; i < running.size() && budget > 0; ++i)
-        if (chunk[i] == 1 && running[i]->computed >= running[i]->prompt_len) {
-          const int k = Draft(*running[i], budget);
-          chunk[i] += k;
-          budget -= k;
-        }
+  }
+  // Speculative rows take what the budget leaves after the decode tokens and prefill chunks,
+  // and never push the step's matrix products onto a path whose rows' results would differ
+  // from a plain step's (MatMulInvariantRows).
+  if (opts.spec_tokens > 0) {
+    int64_t rows = 0;
+    for (int c : chunk) rows += c;
+    const int64_t invariant = MatMulInvariantRows();
+    for (size_t i = 0; i < running.size() && budget > 0; ++i) {
+      if (chunk[i] != 1 || running[i]->computed < running[i]->prompt_len) continue;
+      const int64_t room = rows <= invariant ? std::min<int64_t>(budget, invariant - rows) : budget;
+      const int k = room > 0 ? Draft(*running[i], static_cast<int>(room)) : 0;
+      chunk[i] += k;
+      budget -= k;
+      rows += k;
+    }
   }
   // Pages for the chunks; when the pool runs dry, preempt the newest sequences.
   for (size_t i = 0; i < running.size(); ++i) {
