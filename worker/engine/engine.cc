@@ -87,6 +87,14 @@ struct Sequence {
   bool tp_announced = false;
 };
 
+// Puts a sequence in a queue ordered by priority, ahead of the others of its level (a preempted
+// sequence, or one that could not be admitted, goes first again) and behind higher levels.
+void AheadOfItsLevel(std::deque<std::unique_ptr<Sequence>>& queue, std::unique_ptr<Sequence> s) {
+  auto at = std::find_if(queue.begin(), queue.end(),
+                         [&](const auto& w) { return w->req.priority >= s->req.priority; });
+  queue.insert(at, std::move(s));
+}
+
 }  // namespace
 
 class Engine::Impl {
@@ -552,20 +560,47 @@ bool Engine::Impl::Step() {
     return false;
   }
 
-  // 2. Admission: preempted sequences first, then the queue, while pages and slots allow.
-  while (static_cast<int>(running.size()) < opts.max_batch) {
+  // 2. Admission, while slots and pages allow: the preempted sequences and the queue, best
+  // priority first (preempted ones first within a level). A request whose priority is higher
+  // (a lower value) than a running sequence's takes its place when the batch or the pages are
+  // full: the lowest-ranked such sequence is preempted (recompute), as vLLM's priority
+  // scheduling does.
+  while (true) {
     std::unique_ptr<Sequence> s;
-    if (!local_waiting.empty()) {
+    bool from_queue = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!waiting.empty() && (local_waiting.empty() || waiting.front()->req.priority <
+                                                            local_waiting.front()->req.priority)) {
+        s = std::move(waiting.front());
+        waiting.pop_front();
+        from_queue = true;
+      }
+    }
+    if (!s) {
+      if (local_waiting.empty()) break;
       s = std::move(local_waiting.front());
       local_waiting.pop_front();
-    } else {
-      std::lock_guard<std::mutex> lock(mu);
-      if (waiting.empty()) break;
-      s = std::move(waiting.front());
-      waiting.pop_front();
     }
-    if (!Admit(*s)) {
-      local_waiting.push_front(std::move(s));
+    bool admitted = false;
+    while (!(admitted = static_cast<int>(running.size()) < opts.max_batch && Admit(*s))) {
+      size_t victim = running.size();
+      for (size_t j = 0; j < running.size(); ++j)
+        if (running[j]->req.priority > s->req.priority &&
+            (victim == running.size() || running[j]->rank() > running[victim]->rank()))
+          victim = j;
+      if (victim == running.size()) break;
+      Preempt(*running[victim]);
+      AheadOfItsLevel(local_waiting, std::move(running[victim]));
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(victim));
+    }
+    if (!admitted) {
+      if (from_queue) {
+        std::lock_guard<std::mutex> lock(mu);
+        AheadOfItsLevel(waiting, std::move(s));  // back in the queue: counts against max_queue
+      } else {
+        AheadOfItsLevel(local_waiting, std::move(s));
+      }
       break;
     }
     if (s->scheduled < 0) {
@@ -674,9 +709,9 @@ bool Engine::Impl::Step() {
       tp_msg.entries.push_back(std::move(e));
     }
   }
-  // Preempted sequences go back to the front of the local queue.
+  // Preempted sequences go back to the local queue.
   for (auto& s : running)
-    if (s && s->pages.empty() && !s->finished) local_waiting.push_front(std::move(s));
+    if (s && s->pages.empty() && !s->finished) AheadOfItsLevel(local_waiting, std::move(s));
   prune(running);
   if (batch.empty()) {
     PublishStats();

@@ -2,9 +2,11 @@
 // sampling and stopping, prefix caching, preemption, cancellation and bad input.
 #include "worker/engine/engine.h"
 
+#include <chrono>
 #include <functional>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "common/paths.h"
 #include "gtest/gtest.h"
@@ -381,19 +383,21 @@ TEST(Engine, DeviceOptionErrorsNameTheProblem) {
   EXPECT_NE(e.status().message().find("--device cuda"), std::string::npos) << e.status();
 }
 
+// A sink that also calls on_finish (the priority tests record the finishing order).
+struct OrderSink : CollectSink {
+  std::function<void()> on_finish;
+  void OnFinish(FinishReason r, const RequestUsage& u, absl::Status s) override {
+    CollectSink::OnFinish(r, u, s);
+    on_finish();
+  }
+};
+
 TEST(Engine, PriorityOrdersTheQueueFifoWithinALevel) {
   EngineOptions o = Options();
   o.max_batch = 1;  // one at a time: the finishing order is the admission order
   auto e = MakeEngine(o);
   std::mutex mu;
   std::vector<std::string> finished;
-  struct OrderSink : CollectSink {
-    std::function<void()> on_finish;
-    void OnFinish(FinishReason r, const RequestUsage& u, absl::Status s) override {
-      CollectSink::OnFinish(r, u, s);
-      on_finish();
-    }
-  };
   const std::vector<std::pair<std::string, int>> requests = {
       {"a", 0}, {"b", 5}, {"c", -1}, {"d", 0}, {"e", -1}};
   std::vector<std::shared_ptr<OrderSink>> sinks;
@@ -412,6 +416,74 @@ TEST(Engine, PriorityOrdersTheQueueFifoWithinALevel) {
   e->RunUntilIdle();
   EXPECT_EQ(finished, (std::vector<std::string>{"c", "e", "a", "d", "b"}));
   for (const auto& s : sinks) EXPECT_EQ(s->ids.size(), 4u);
+}
+
+// A request of a higher priority than a running one takes its place when the batch is full:
+// the running one is preempted (recompute) and resumes after it with the same tokens. Within a
+// level nothing is preempted.
+TEST(Engine, HigherPriorityPreemptsARunningRequest) {
+  EngineOptions o = Options();
+  o.max_batch = 1;
+  const auto alone = RunEachAlone(o, {"Once upon a time"}, 400, true)[0];
+  auto e = MakeEngine(o);
+  e->Start();
+  std::mutex mu;
+  std::vector<std::string> finished;
+  auto submit = [&](const std::string& id, const std::string& text, int n, int priority) {
+    auto sink = std::make_shared<OrderSink>();
+    sink->on_finish = [&, id] {
+      std::lock_guard<std::mutex> lock(mu);
+      finished.push_back(id);
+    };
+    GenerateRequest r = Greedy(*e, text, n, true);
+    r.request_id = id;
+    r.priority = priority;
+    EXPECT_TRUE(e->Submit(std::move(r), sink).ok());
+    return sink;
+  };
+  auto wait_tokens = [](CollectSink& s, size_t n) {
+    for (int i = 0; i < 20000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        if (s.ids.size() >= n) return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  };
+  auto wait_finished = [&](size_t n) {
+    for (int i = 0; i < 20000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (finished.size() >= n) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  auto low = submit("low", "Once upon a time", 400, 5);
+  wait_tokens(*low, 5);
+  auto high = submit("high", "Lily and Ben", 8, 0);
+  wait_finished(2);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(finished, (std::vector<std::string>{"high", "low"}));
+  }
+  EXPECT_EQ(low->ids, alone);
+  EXPECT_GE(low->usage.preemptions, 1);
+  EXPECT_EQ(high->ids.size(), 8u);
+  const int64_t preemptions = e->Stats().preemptions_total;
+  EXPECT_GE(preemptions, 1);
+  // The same priority waits its turn.
+  auto first = submit("first", "Once upon a time", 400, 5);
+  wait_tokens(*first, 5);
+  auto second = submit("second", "Lily and Ben", 8, 5);
+  wait_finished(4);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(finished, (std::vector<std::string>{"high", "low", "first", "second"}));
+  }
+  EXPECT_EQ(e->Stats().preemptions_total, preemptions);
+  e->Stop();
+  EXPECT_EQ(e->Stats().kv_pages_used, 0);
 }
 
 TEST(Engine, ContinuationResumesTheStreamWhereAnotherWorkerStopped) {
