@@ -333,6 +333,7 @@ class ClusterTest(cl.ClusterCase):
         plain = self.cluster.worker()
         spec = self.cluster.worker("--spec-tokens=6", "--spec-ngram-min=1")
         r = self.cluster.router([spec])
+        accepted_in_usage = 0
         for p in PROMPTS[:4]:
             q = request(p, max_tokens=80, ignore_eos=True)
             a, b = generate(plain.address, q), generate(r.address, q)
@@ -341,12 +342,17 @@ class ClusterTest(cl.ClusterCase):
             self.assertEqual(b.ids, a.ids, p)
             self.assertEqual(b.text, a.text, p)
             self.assertEqual(b.complete.usage.completion_tokens, 80)
+            self.assertLessEqual(b.complete.usage.spec_accepted_tokens,
+                                 b.complete.usage.spec_draft_tokens)
+            self.assertEqual(a.complete.usage.spec_draft_tokens, 0)
+            accepted_in_usage += b.complete.usage.spec_accepted_tokens
         text = spec.metrics()
         drafted = cl.metric(text, "tinyserve_spec_decode_draft_tokens_total") or 0
         accepted = cl.metric(text, "tinyserve_spec_decode_accepted_tokens_total") or 0
         self.assertGreater(cl.metric(text, "tinyserve_spec_decode_drafts_total") or 0, 0)
         self.assertGreater(accepted, 0)
         self.assertLessEqual(accepted, drafted)
+        self.assertEqual(accepted, accepted_in_usage)  # the requests' usage adds up to the counter
         self.assertTrue(cl.wait_for(
             lambda: cl.metric(spec.metrics(), "tinyserve_kv_pages_used") == 0, 10),
             "KV pages still held after the streams ended")

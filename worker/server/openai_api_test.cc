@@ -225,6 +225,8 @@ v1::GenerateResponse Complete(v1::FinishReason reason, int prompt, int completio
   c->mutable_usage()->set_cached_tokens(prompt / 2);
   c->set_worker("w1");
   c->mutable_selection()->set_policy("quest");
+  c->mutable_usage()->set_spec_draft_tokens(7);
+  c->mutable_usage()->set_spec_accepted_tokens(5);
   return r;
 }
 
@@ -265,6 +267,7 @@ TEST(OpenAiResponse, CompletionBodyGathersTextLogprobsAndUsage) {
   EXPECT_EQ(c0["logprobs"]["top_logprobs"][1]["lo"], -1.5);
   EXPECT_EQ(c0["tinyserve"]["worker"], "w1");
   EXPECT_EQ(c0["tinyserve"]["selection"]["policy"], "quest");
+  EXPECT_EQ(c0["tinyserve"]["speculative"], json({{"draft_tokens", 7}, {"accepted_tokens", 5}}));
   // n samples of one prompt count its prompt once.
   EXPECT_EQ(body["usage"]["prompt_tokens"], 4);
   EXPECT_EQ(body["usage"]["completion_tokens"], 4);

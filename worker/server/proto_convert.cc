@@ -136,6 +136,8 @@ void FillComplete(const RequestUsage& usage, FinishReason reason, v1::Complete* 
   u->set_completion_tokens(usage.generated_tokens);
   u->set_cached_tokens(usage.cached_tokens);
   u->set_preemptions(usage.preemptions);
+  u->set_spec_draft_tokens(usage.spec_draft_tokens);
+  u->set_spec_accepted_tokens(usage.spec_accepted_tokens);
   v1::Timing* t = complete->mutable_timing();
   t->set_queue_seconds(usage.queue_seconds);
   t->set_ttft_seconds(usage.ttft_seconds);
