@@ -190,11 +190,7 @@ def main():
             "throughput": div(ts["tokens_per_second"], ll["tokens_per_second"]),
             "ttft_p50_speedup": div(ll["ttft_ms"]["p50"], ts["ttft_ms"]["p50"]),
             "itl_p50_speedup": div(ll["itl_ms"]["p50"], ts["itl_ms"]["p50"])})
-    text = json.dumps(report, indent=2)
-    print(text)
-    if a.output:
-        with open(a.output, "w") as f:
-            f.write(text + "\n")
+    cl.print_report(report, a.output)
     return 0
 
 

@@ -11,7 +11,6 @@ or starting its own (one worker + one router on free loopback ports):
 Quick on stories260K with the defaults; raise --requests / --max-tokens for a real run.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -115,11 +114,7 @@ def main():
     finally:
         if cluster is not None:
             cluster.__exit__(None, None, None)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if a.output:
-        with open(a.output, "w") as f:
-            f.write(text + "\n")
+    cl.print_report(report, a.output)
     return 0
 
 

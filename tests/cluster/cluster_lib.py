@@ -6,6 +6,7 @@ run_concurrently and percentile).
 """
 import concurrent.futures
 import contextlib
+import json
 import os
 import re
 import signal
@@ -232,6 +233,15 @@ def percentile(values, p):
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def print_report(report, output=None):
+    """Prints a benchmark's JSON report, and writes it to `output` too when given."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if output:
+        with open(output, "w") as f:
+            f.write(text + "\n")
 
 
 def metric(text, name, **labels):
