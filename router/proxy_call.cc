@@ -5,6 +5,7 @@
 #include "common/timer.h"
 #include "worker/server/api_util.h"
 #include "worker/server/block_hash.h"
+#include "worker/server/rpc_security.h"
 
 namespace tinyserve {
 namespace {
@@ -28,6 +29,7 @@ void UpstreamAttempt::Start(const v1::GenerateRequest& request,
                             std::chrono::system_clock::time_point deadline) {
   request_ = request;
   if (deadline != std::chrono::system_clock::time_point::max()) context_.set_deadline(deadline);
+  worker_->Prepare(&context_);
   worker_->api().async()->Generate(&context_, &request_, this);
   StartRead(&response_);
   StartCall();
@@ -47,6 +49,10 @@ void UpstreamAttempt::OnDone(const grpc::Status& status) {
 ProxyCall::ProxyCall(RouterCore* core, grpc::CallbackServerContext* context,
                      const grpc::ByteBuffer& buffer)
     : core_(core), context_(context), arrival_(NowSeconds()) {
+  if (grpc::Status s = CheckApiKey(*context, core_->api_key); !s.ok()) {
+    End(s);
+    return;
+  }
   if (core_->draining.load()) {
     End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "router is draining"));
     return;

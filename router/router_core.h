@@ -21,6 +21,7 @@ struct RouterCore {
   Admission* admission = nullptr;
   int max_attempts = 3;  // 1 + retries on other workers before the first token
   std::string version;
+  std::string api_key;  // non-empty: every call needs "authorization: Bearer <key>"
   double start_time = 0;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_id{1};

@@ -19,7 +19,9 @@ RouterOutcome OutcomeOf(const grpc::Status& status) {
     case grpc::StatusCode::DEADLINE_EXCEEDED: return RouterOutcome::kDeadline;
     case grpc::StatusCode::UNAVAILABLE: return RouterOutcome::kUnavailable;
     case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::ALREADY_EXISTS: return RouterOutcome::kInvalid;
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return RouterOutcome::kInvalid;  // the client's fault
     case grpc::StatusCode::RESOURCE_EXHAUSTED: return RouterOutcome::kRejected;
     default: return RouterOutcome::kError;
   }

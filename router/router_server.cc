@@ -8,7 +8,6 @@
 #include "common/log.h"
 #include "common/timer.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "worker/server/signals.h"
 
 #ifndef TINYSERVE_VERSION
@@ -24,10 +23,20 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   if (options.registry.static_workers.empty() && options.registry.dns.empty()) {
     return absl::InvalidArgumentError("workers: give --workers host:port,... or --workers-dns");
   }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  RegistryOptions registry = options.registry;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> worker_credentials =
+      MakeChannelCredentials(options.worker_tls, "--worker-tls-");
+  if (!worker_credentials.ok()) return worker_credentials.status();
+  registry.credentials = *worker_credentials;
+  registry.tls_server_name = options.worker_tls.server_name;
+  registry.api_key = options.api_key;
   std::unique_ptr<RouterServer> r(new RouterServer(options));
   r->metrics_ = std::make_unique<RouterMetrics>(TINYSERVE_VERSION,
                                                 RoutingPolicyName(options.routing.kind));
-  r->registry_ = std::make_unique<WorkerRegistry>(options.registry, r->metrics_.get());
+  r->registry_ = std::make_unique<WorkerRegistry>(registry, r->metrics_.get());
   r->policy_ = std::make_unique<RoutingPolicy>(options.routing);
   r->admission_ = std::make_unique<Admission>(options.max_inflight, options.max_queue,
                                               &r->metrics_->waiting());
@@ -37,6 +46,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   r->core_.admission = r->admission_.get();
   r->core_.max_attempts = options.max_attempts;
   r->core_.version = TINYSERVE_VERSION;
+  r->core_.api_key = options.api_key;
   r->core_.start_time = NowSeconds();
   r->service_ = std::make_unique<RouterService>(&r->core_);
 
@@ -44,15 +54,20 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &r->port_);
+  builder.AddListeningPort(address, *credentials, &r->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(r->service_.get());
   r->server_ = builder.BuildAndStart();
   if (r->server_ == nullptr || r->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
-  grpc::HealthCheckServiceInterface* health = r->server_->GetHealthCheckService();
-  health->SetServingStatus("liveness", true);
+  auto health_server = StartHealthServer(options.host, options.health_port);
+  if (!health_server.ok()) {
+    r->server_->Shutdown();
+    return health_server.status();
+  }
+  r->health_server_ = *std::move(health_server);
+  SetHealth({r->server_.get(), r->health_server_.get()}, "liveness", true);
   r->SetReady(false);
 
   if (options.metrics_port > 0) {
@@ -69,7 +84,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   auto http =
       HttpFrontend::StartFor(r->server_.get(),
                              {options.host, options.http_port, options.http_threads,
-                              options.max_message_bytes, TINYSERVE_VERSION, options.http_api_key},
+                              options.max_message_bytes, TINYSERVE_VERSION, options.api_key},
                              r->metrics_->registry().get(), r->metrics_->registry());
   if (!http.ok()) {
     r->server_->Shutdown();
@@ -82,7 +97,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     self->SetReady(healthy > 0 && !self->core_.draining.load());
   });
   r->registry_->Start();
-  TS_LOG(INFO) << "router serving gRPC on " << options.host << ":" << r->port_ << ", policy "
+  TS_LOG(INFO) << "router serving gRPC" << (options.tls.enabled() ? " (TLS)" : "") << " on "
+               << options.host << ":" << r->port_ << ", policy "
                << RoutingPolicyName(options.routing.kind)
                << (options.metrics_port > 0
                        ? absl::StrCat(", metrics on :", options.metrics_port, "/metrics")
@@ -97,9 +113,8 @@ RouterServer::~RouterServer() { Drain(); }
 
 void RouterServer::SetReady(bool ready) {
   if (server_ == nullptr) return;
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  health->SetServingStatus("readiness", ready);
-  health->SetServingStatus("", ready);
+  SetHealth({server_.get(), health_server_.get()}, "readiness", ready);
+  SetHealth({server_.get(), health_server_.get()}, "", ready);
 }
 
 void RouterServer::Drain() {
@@ -119,6 +134,7 @@ void RouterServer::Drain() {
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   http_.reset();  // after the server: its handlers' calls have ended
   registry_->Stop();
+  if (health_server_ != nullptr) health_server_->Shutdown();
   exposer_.reset();
 }
 

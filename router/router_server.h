@@ -18,6 +18,7 @@
 #include "router/router_core.h"
 #include "router/router_service.h"
 #include "worker/server/http_frontend.h"
+#include "worker/server/rpc_security.h"
 
 namespace tinyserve {
 
@@ -27,7 +28,11 @@ struct RouterServerOptions {
   int metrics_port = 9000;  // 0 = off
   int http_port = 8000;     // OpenAI-compatible HTTP API; 0 = off
   int http_threads = 64;    // HTTP connections served at once
-  std::string http_api_key;  // non-empty: the HTTP API needs this bearer token
+  std::string api_key;      // non-empty: gRPC and HTTP calls need this bearer token; also sent to
+                            // the workers
+  ServerTls tls;            // the router's gRPC over TLS (mutual with tls.client_ca_file)
+  ClientTls worker_tls;     // how workers are dialled (enabled: TLS)
+  int health_port = 0;      // plaintext grpc.health.v1 only (probes); 0 = off
   RegistryOptions registry;
   RoutingOptions routing;
   int max_inflight = 256;
@@ -60,6 +65,7 @@ class RouterServer {
   RouterCore core_;
   std::unique_ptr<RouterService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;  // --health-port
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<HttpFrontend> http_;
   int port_ = 0;

@@ -6,6 +6,7 @@
 
 #include "common/timer.h"
 #include "router/proxy_call.h"
+#include "worker/server/rpc_security.h"
 
 namespace tinyserve {
 namespace {
@@ -21,6 +22,10 @@ grpc::ServerUnaryReactor* Forward(
     void (*call)(Async*, grpc::ClientContext*, const Req*, Resp*,
                  std::function<void(grpc::Status)>)) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status s = CheckApiKey(*context, core->api_key); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
   WorkerPtr worker = core->AnyHealthy();
   if (worker == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy worker"));
@@ -35,6 +40,7 @@ grpc::ServerUnaryReactor* Forward(
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
     up->context.set_deadline(context->deadline());
   }
+  worker->Prepare(&up->context);
   call(worker->api().async(), &up->context, request, response,
        [reactor, up](grpc::Status s) {
          reactor->Finish(s);
@@ -85,6 +91,10 @@ grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* cont
                                                const v1::AbortRequest* request,
                                                v1::AbortResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status s = CheckApiKey(*context, core_->api_key); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
   std::vector<WorkerPtr> workers = core_->Candidates({});
   if (workers.empty()) {
     reactor->Finish(grpc::Status::OK);
@@ -110,6 +120,7 @@ grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* cont
     auto* one = new One;
     one->worker = w;
     one->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    w->Prepare(&one->context);
     w->api().async()->Abort(&one->context, request, &one->response,
                             [fan, one](grpc::Status s) {
                               if (s.ok()) {
@@ -131,6 +142,11 @@ grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* RouterService::GetServerInfo(grpc::CallbackServerContext* context,
                                                        const v1::GetServerInfoRequest*,
                                                        v1::ServerInfo* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status s = CheckApiKey(*context, core_->api_key); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
   response->set_role("router");
   response->set_version(core_->version);
   response->set_running(core_->admission->inflight());
@@ -157,7 +173,6 @@ grpc::ServerUnaryReactor* RouterService::GetServerInfo(grpc::CallbackServerConte
     }
   }
   response->set_ready(healthy > 0 && !core_->draining.load());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

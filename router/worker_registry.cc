@@ -1,8 +1,8 @@
 #include "router/worker_registry.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
-#include <arpa/inet.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,20 +12,26 @@
 #include "common/log.h"
 #include "common/timer.h"
 #include "worker/server/api_util.h"
+#include "worker/server/rpc_security.h"
 
 namespace tinyserve {
 namespace {
 
 namespace v1 = tinyserve::v1;
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const RegistryOptions& options) {
   grpc::ChannelArguments args;
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
   // Reconnect quickly when a worker restarts (the default backoff grows to two minutes).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(
+      address,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+      args);
 }
 
 // grpc.health.v1.HealthCheckRequest{service: name}, hand-encoded (the health protos are not
@@ -58,13 +64,26 @@ std::chrono::system_clock::time_point In(double seconds) {
 WorkerHandle::WorkerHandle(std::string address, const RegistryOptions& options,
                            WorkerSeries* series)
     : address_(std::move(address)),
-      channel_(MakeChannel(address_)),
+      api_key_(options.api_key),
+      channel_(MakeChannel(address_, options)),
       api_(v1::TinyServe::NewStub(channel_)),
       control_(v1::WorkerControl::NewStub(channel_)),
       generic_(std::make_unique<grpc::GenericStub>(channel_)),
       breaker_(options.breaker_failures, options.breaker_cooldown_seconds),
       prefixes_(options.prefix_index_capacity),
       series_(series) {}
+
+void WorkerHandle::NotePollStatus(const grpc::Status& status) {
+  const int code = static_cast<int>(status.error_code());
+  if (last_poll_code_.exchange(code) == code || status.ok()) return;
+  // Once per change: a wrong API key or TLS setting would otherwise leave a worker silently
+  // unhealthy.
+  TS_LOG(WARNING) << "worker " << address_
+                  << ": load poll failed: " << StatusCodeName(status.error_code()) << ": "
+                  << status.error_message();
+}
+
+void WorkerHandle::Prepare(grpc::ClientContext* context) const { AttachApiKey(api_key_, context); }
 
 v1::LoadReport WorkerHandle::load() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -101,6 +120,7 @@ void WorkerHandle::SetHealth(bool serving, bool load_ok, const v1::LoadReport& l
     };
     auto* call = new Call;
     call->ctx.set_deadline(In(2));
+    Prepare(&call->ctx);
     control_->async()->GetPrefixSummary(&call->ctx, &call->req, &call->resp,
                                         [self = shared_from_this(), call](grpc::Status s) {
                                           if (s.ok() && call->resp.text_block_bytes() > 0) {
@@ -246,6 +266,7 @@ void WorkerRegistry::Poll(const WorkerPtr& worker) {
   p->worker = worker;
   p->health_ctx.set_deadline(In(options_.health_timeout_seconds));
   p->load_ctx.set_deadline(In(options_.health_timeout_seconds));
+  worker->Prepare(&p->load_ctx);
   p->health_req = HealthRequest("readiness");
   worker->generic().UnaryCall(&p->health_ctx, "/grpc.health.v1.Health/Check",
                               grpc::StubOptions(), &p->health_req, &p->health_resp,
@@ -256,6 +277,7 @@ void WorkerRegistry::Poll(const WorkerPtr& worker) {
   worker->control().async()->GetLoad(&p->load_ctx, &p->load_req, &p->load_resp,
                                      [p](grpc::Status s) {
                                        p->load_ok = s.ok();
+                                       p->worker->NotePollStatus(s);
                                        p->Done();
                                      });
 }

@@ -43,6 +43,11 @@ struct RegistryOptions {
   int breaker_failures = 3;
   double breaker_cooldown_seconds = 5;
   size_t prefix_index_capacity = 1 << 16;   // block hashes per worker
+  // How workers are dialled: TLS credentials (rpc_security.h; null: plaintext), the name their
+  // certificates carry when it is not the dialled host, and the API key sent on every call.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string tls_server_name;
+  std::string api_key;
 };
 
 class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
@@ -56,6 +61,8 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   CircuitBreaker& breaker() { return breaker_; }
   PrefixLru& prefixes() { return prefixes_; }
   WorkerSeries* series() { return series_; }
+  // Readies a call to this worker: the API key (a deadline is the caller's).
+  void Prepare(grpc::ClientContext* context) const;
 
   bool healthy() const { return healthy_.load(); }
   int inflight() const { return inflight_.load(); }
@@ -70,11 +77,14 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   // Poller side.
   void SetHealth(bool serving, bool load_ok, const tinyserve::v1::LoadReport& load);
   void UpdateBreakerGauge();
+  // Logs a failed load poll when its code differs from the previous poll's.
+  void NotePollStatus(const grpc::Status& status);
   std::atomic<bool> poll_in_flight{false};
   std::atomic<bool> removed{false};
 
  private:
   const std::string address_;
+  const std::string api_key_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<tinyserve::v1::TinyServe::Stub> api_;
   std::unique_ptr<tinyserve::v1::WorkerControl::Stub> control_;
@@ -83,6 +93,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   PrefixLru prefixes_;
   WorkerSeries* series_;
   std::atomic<bool> healthy_{false};
+  std::atomic<int> last_poll_code_{0};
   std::atomic<int> inflight_{0};
   std::atomic<int64_t> dispatched_{0};
   mutable std::mutex mu_;

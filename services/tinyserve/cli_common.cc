@@ -1,6 +1,7 @@
 #include "services/tinyserve/cli_common.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/paths.h"
 
@@ -81,6 +82,19 @@ SamplingParams SamplingFlags::Build() const {
   p.stop = stop;
   if (!p.json_schema.empty() && p.response_format.empty()) p.response_format = "json_schema";
   return p;
+}
+
+void ClientSecurityFlags::Register(FlagSet* f) {
+  if (const char* key = std::getenv("TINYSERVE_API_KEY")) api_key = key;
+  f->String("api-key", &api_key,
+            "with --server: the server's API key, sent as a bearer token (default: "
+            "$TINYSERVE_API_KEY)");
+  f->String("tls-ca", &tls_ca,
+            "with --server: connect over TLS, verifying the server with this CA");
+  f->String("tls-cert", &tls_cert, "with --server and --tls-ca: client certificate (mutual TLS)");
+  f->String("tls-key", &tls_key, "with --server and --tls-ca: the client certificate's key");
+  f->String("tls-server-name", &tls_server_name,
+            "with --tls-ca: the name in the server's certificate (default: the host dialled)");
 }
 
 int FailWith(const std::string& message) {

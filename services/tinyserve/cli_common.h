@@ -33,6 +33,14 @@ struct SamplingFlags {
   SamplingParams Build() const;
 };
 
+// How `generate --server` reaches a server: the API key and TLS files (see
+// worker/server/rpc_security.h). Registered by generate too, so its arguments parse unchanged.
+struct ClientSecurityFlags {
+  std::string api_key;  // default: $TINYSERVE_API_KEY
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;
+  void Register(FlagSet* flags);
+};
+
 // Prints "error: <message>" to stderr and returns 1 (the CLI's one-line failure).
 int FailWith(const std::string& message);
 

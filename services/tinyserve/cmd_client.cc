@@ -8,6 +8,7 @@
 #include "services/tinyserve/commands.h"
 #include "tinyserve/v1/tinyserve.grpc.pb.h"
 #include "worker/server/api_util.h"
+#include "worker/server/rpc_security.h"
 
 namespace tinyserve {
 namespace {
@@ -31,9 +32,14 @@ const char* FinishName(v1::FinishReason r) {
 
 int RunGenerateClient(const GenerateClientOptions& o) {
   if (o.prompt.empty()) return FailWith("prompt: empty prompt (pass --prompt TEXT)");
+  const ClientTls tls{o.tls_ca, o.tls_cert, o.tls_key, o.tls_server_name};
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(tls, "--tls-");
+  if (!credentials.ok()) return FailWith(std::string(credentials.status().message()));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args);
+  ApplyClientTls(tls, &args);
+  auto channel = grpc::CreateCustomChannel(o.server, *credentials, args);
   auto stub = v1::TinyServe::NewStub(channel);
 
   v1::GenerateRequest req;
@@ -66,6 +72,7 @@ int RunGenerateClient(const GenerateClientOptions& o) {
   }
 
   grpc::ClientContext ctx;
+  AttachApiKey(o.api_key, &ctx);
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1e3)));
   Stopwatch watch;
@@ -116,6 +123,7 @@ int RunGenerateClient(const std::vector<std::string>& args) {
   FlagSet flags("generate --server", "Stream one generation from a TinyServe server.");
   EngineFlags ef;
   SamplingFlags sf;
+  ClientSecurityFlags security;
   GenerateClientOptions o;
   std::string trace;
   double timeout = o.timeout_seconds;
@@ -127,6 +135,7 @@ int RunGenerateClient(const std::vector<std::string>& args) {
   flags.String("request-id", &o.request_id, "request id (default: assigned by the server)");
   ef.Register(&flags);
   sf.Register(&flags);
+  security.Register(&flags);
   if (auto s = flags.Parse(args); !s.ok()) return FailWith(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -137,6 +146,11 @@ int RunGenerateClient(const std::vector<std::string>& args) {
   o.timeout_seconds = timeout;
   if (flags.WasSet("policy")) o.policy = ef.policy;
   if (flags.WasSet("budget")) o.budget = ef.budget;
+  o.api_key = security.api_key;
+  o.tls_ca = security.tls_ca;
+  o.tls_cert = security.tls_cert;
+  o.tls_key = security.tls_key;
+  o.tls_server_name = security.tls_server_name;
   return RunGenerateClient(o);
 }
 

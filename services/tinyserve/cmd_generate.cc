@@ -67,6 +67,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
                 "With --server HOST:PORT the request goes to a running router or worker.");
   EngineFlags ef;
   SamplingFlags sf;
+  ClientSecurityFlags security;  // used by RunGenerateClient, which parses the same arguments
   std::string prompt, trace, server;
   bool chat = false;
   flags.String("prompt", &prompt, "the prompt text");
@@ -77,6 +78,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   // Not in EngineFlags: `worker` registers its own --kv-dtype.
   flags.String("kv-dtype", &ef.options.kv_dtype, "KV cache storage: f16 or int8");
   sf.Register(&flags);
+  security.Register(&flags);
   if (auto s = flags.Parse(args); !s.ok()) return FailWith(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);

@@ -19,7 +19,6 @@ int RunRouterCommand(const std::vector<std::string>& args) {
       "grpc.health.v1, reflection, an OpenAI-compatible HTTP API and Prometheus metrics on "
       "HTTP /metrics.");
   RouterServerOptions o;
-  if (const char* key = std::getenv("TINYSERVE_API_KEY")) o.http_api_key = key;
   std::string workers, policy = "cache_aware";
   flags.String("host", &o.host, "address to listen on");
   flags.Int("port", &o.port, "gRPC port");
@@ -28,9 +27,14 @@ int RunRouterCommand(const std::vector<std::string>& args) {
             "OpenAI-compatible HTTP API port: /v1/completions, /v1/chat/completions, /v1/models "
             "(0: off)");
   flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
-  flags.String("api-key", &o.http_api_key,
-               "HTTP API bearer token required on all but /health and /version (default: "
-               "$TINYSERVE_API_KEY; empty: none)");
+  RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port);
+  flags.String("worker-tls-ca", &o.worker_tls.ca_file,
+               "dial workers over TLS, verifying them with this PEM CA bundle");
+  flags.String("worker-tls-cert", &o.worker_tls.cert_file,
+               "client certificate presented to workers (their --tls-client-ca)");
+  flags.String("worker-tls-key", &o.worker_tls.key_file, "the key of --worker-tls-cert");
+  flags.String("worker-tls-server-name", &o.worker_tls.server_name,
+               "the name in the workers' certificates (default: the host dialled)");
   flags.String("workers", &workers, "static workers: host:port,host:port,...");
   flags.String("workers-dns", &o.registry.dns,
                "DNS name:port resolved to all workers (a Kubernetes headless Service)");
@@ -58,6 +62,7 @@ int RunRouterCommand(const std::vector<std::string>& args) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
+  o.worker_tls.reload_seconds = o.tls.reload_seconds;
   for (absl::string_view w : absl::StrSplit(workers, ',', absl::SkipEmpty())) {
     o.registry.static_workers.emplace_back(w);
   }

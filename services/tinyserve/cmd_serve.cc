@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "services/tinyserve/cli_common.h"
 #include "services/tinyserve/commands.h"
 #include "tinyserve/v1/tinyserve.grpc.pb.h"
+#include "worker/server/rpc_security.h"
 #include "worker/server/signals.h"
 
 namespace tinyserve {
@@ -46,6 +48,8 @@ bool RouterReady(const std::string& address) {
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  // The children inherit $TINYSERVE_API_KEY as their --api-key default.
+  if (const char* key = std::getenv("TINYSERVE_API_KEY")) AttachApiKey(key, &ctx);
   tinyserve::v1::GetServerInfoRequest req;
   tinyserve::v1::ServerInfo info;
   return stub->GetServerInfo(&ctx, req, &info).ok() && info.ready();

@@ -212,7 +212,6 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
                 "start ranks 1..N-1 here as child processes.");
   EngineFlags ef;
   WorkerServerOptions o;
-  if (const char* key = std::getenv("TINYSERVE_API_KEY")) o.http_api_key = key;
   bool prefix_caching = true;
   int tp_size = 1, rank = 0;
   std::string tp_rendezvous, tp_launch;
@@ -223,9 +222,7 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   flags.Int("metrics-port", &o.metrics_port, "HTTP port of /metrics (0: off)");
   flags.Int("http-port", &o.http_port, "OpenAI-compatible HTTP API port (0: off)");
   flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
-  flags.String("api-key", &o.http_api_key,
-               "HTTP API bearer token required on all but /health and /version (default: "
-               "$TINYSERVE_API_KEY; empty: none)");
+  RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port);
   flags.Int("max-queue", &ef.options.max_queue, "waiting requests before RESOURCE_EXHAUSTED");
   flags.Int("max-step-tokens", &ef.options.max_step_tokens, "prefill tokens per step");
   flags.Int64("kv-pages", &ef.options.kv_pages, "KV pages in the pool (0: from kv-memory-mb)");

@@ -5,6 +5,7 @@ target_sources(tinyserve PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cmd_router.cc
   ${CMAKE_CURRENT_LIST_DIR}/cmd_serve.cc
   ${CMAKE_CURRENT_LIST_DIR}/cmd_worker.cc
+  ${CMAKE_CURRENT_LIST_DIR}/server_flags.cc
 )
 target_link_libraries(tinyserve PRIVATE ts_worker_server ts_router ts_rpc_common ts_proto
                       ts_tp ts_tp_follower)

@@ -18,11 +18,19 @@
 
 namespace tinyserve {
 
+class FlagSet;
+struct ServerTls;
+
 int RunWorkerCommand(const std::vector<std::string>& args);
 int RunRouterCommand(const std::vector<std::string>& args);
 int RunServeCommand(const std::vector<std::string>& args);
 // `generate --server`: parses generate's flags and streams through RunGenerateClient(options).
 int RunGenerateClient(const std::vector<std::string>& args);
+
+// --api-key (default $TINYSERVE_API_KEY), --tls-cert, --tls-key, --tls-client-ca, --tls-reload
+// and --health-port: what the worker and router commands share (server_flags.cc).
+void RegisterServerSecurityFlags(FlagSet* flags, std::string* api_key, ServerTls* tls,
+                                 int* health_port);
 
 // One streamed generation against a TinyServe server (router or worker).
 struct GenerateClientOptions {
@@ -35,6 +43,8 @@ struct GenerateClientOptions {
   double timeout_seconds = 120; // the call's deadline
   std::string request_id;
   bool quiet = false;           // no summary on stderr
+  std::string api_key;          // sent as "authorization: Bearer <key>"
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;  // see worker/server/rpc_security.h
 };
 
 // Streams the text to stdout and a summary (finish reason, tokens, timings, worker) to stderr.

@@ -74,6 +74,9 @@ class Proc:
         self.role, self.port, self.metrics_port = role, port, metrics_port
         self.address = f"127.0.0.1:{port}"
         self.binary, self.args, self.log_dir = binary, args, log_dir
+        # With --api-key every call but grpc.health needs the key.
+        key = args[args.index("--api-key") + 1] if "--api-key" in args else None
+        self.metadata = [("authorization", f"Bearer {key}")] if key else []
         self.popen = None
         self.start()
 
@@ -108,6 +111,7 @@ class Proc:
         s = stubs()
         with channel(self.address) as ch:
             return s.grpc.TinyServeStub(ch).GetServerInfo(s.pb.GetServerInfoRequest(),
+                                                          metadata=self.metadata,
                                                           timeout=timeout)
 
     def wait_ready(self, timeout=60.0):

@@ -138,13 +138,42 @@ def semantic_checks(name, docs, values):
     else:
         check("TINYSERVE_API_KEY" not in env, f"{name}: no API key without a Secret")
 
-    # Native gRPC probes on the gRPC port with the health service names.
+    # Native gRPC probes with the health service names: on the gRPC port, or with TLS on the
+    # plaintext health port (kubelet's gRPC probes cannot speak TLS).
+    tls = values["tls"]
     for c, vals in ((wc, w), (rc, r)):
+        port = tls["healthPort"] if tls["secretName"] else vals["grpcPort"]
         for probe, svc in (("livenessProbe", "livenessService"), ("readinessProbe", "readinessService"),
                            ("startupProbe", "livenessService")):
             g = c.get(probe, {}).get("grpc", {})
-            check(g.get("port") == vals["grpcPort"] and g.get("service", "") == vals["probes"][svc],
+            check(g.get("port") == port and g.get("service", "") == vals["probes"][svc],
                   f"{name}: {c['name']} {probe} grpc {g}")
+
+    # TLS: both serve with the Secret's pair; workers require client certificates from its CA;
+    # the router presents the pair to workers and expects the worker Service's name.
+    tls_args = {a for c in (wc, rc) for a in c["args"] if "tls" in a or a.startswith("--health-port")}
+    if tls["secretName"]:
+        d = "/etc/tinyserve/tls"
+        server = [f"--tls-cert={d}/tls.crt", f"--tls-key={d}/tls.key",
+                  f"--tls-reload={tls['reloadSeconds']}", f"--health-port={tls['healthPort']}"]
+        server_name = tls.get("workerServerName") or \
+            f"{headless[0]['metadata']['name']}.llm.svc.cluster.local"
+        for flag in server + [f"--tls-client-ca={d}/ca.crt"]:
+            check(flag in wc["args"], f"{name}: worker arg {flag}")
+        for flag in server + [f"--worker-tls-ca={d}/ca.crt", f"--worker-tls-cert={d}/tls.crt",
+                              f"--worker-tls-key={d}/tls.key",
+                              f"--worker-tls-server-name={server_name}"]:
+            check(flag in rc["args"], f"{name}: router arg {flag}")
+        for doc, c in ((sts, wc), (dep, rc)):
+            vols = doc["spec"]["template"]["spec"].get("volumes", [])
+            check(any(v["name"] == "tls" and v.get("secret", {}).get("secretName") == tls["secretName"]
+                      for v in vols), f"{name}: {c['name']} TLS Secret volume")
+            check(any(m["name"] == "tls" and m["mountPath"] == d and m.get("readOnly")
+                      for m in c.get("volumeMounts", [])), f"{name}: {c['name']} TLS mount")
+            check(any(p["name"] == "health" and p["containerPort"] == tls["healthPort"]
+                      for p in c["ports"]), f"{name}: {c['name']} health port")
+    else:
+        check(not tls_args, f"{name}: no TLS flags without tls.secretName: {tls_args}")
 
     # Drain: grace >= preStop sleep + drain timeout.
     pod = sts["spec"]["template"]["spec"]

@@ -8,6 +8,7 @@
 #include "worker/server/api_util.h"
 #include "worker/server/block_hash.h"
 #include "worker/server/proto_convert.h"
+#include "worker/server/rpc_security.h"
 #include "worker/server/status_convert.h"
 
 namespace tinyserve {
@@ -47,6 +48,10 @@ double EngineDeadline(const grpc::CallbackServerContext& context) {
 GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer& buffer)
     : state_(state) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    Reject(s);
+    return;
+  }
   if (state_->draining.load()) {
     Reject(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining"));
     return;

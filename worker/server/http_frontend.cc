@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "prometheus/text_serializer.h"
+#include "worker/server/rpc_security.h"
 
 namespace tinyserve {
 namespace {
@@ -33,10 +34,12 @@ class CallGroup {
     grpc::Status status;
   };
 
-  CallGroup(v1::TinyServe::Stub* stub, const std::vector<v1::GenerateRequest>& requests)
+  CallGroup(v1::TinyServe::Stub* stub, const std::vector<v1::GenerateRequest>& requests,
+            const std::string& api_key)
       : remaining_(static_cast<int>(requests.size())) {
     for (size_t i = 0; i < requests.size(); ++i) {
       calls_.push_back(std::make_unique<Call>(this, static_cast<int>(i), requests[i]));
+      AttachApiKey(api_key, &calls_.back()->context);
     }
     for (auto& call : calls_) call->Start(stub);
   }
@@ -132,16 +135,11 @@ bool SendChunk(mg_connection* conn, const std::string& data) {
   return data.empty() || mg_send_chunk(conn, data.data(), static_cast<unsigned>(data.size())) > 0;
 }
 
-void SetDeadline(grpc::ClientContext* ctx) {
+// A unary call to the in-process server: a deadline, and the API key (the HTTP request has
+// shown it already; the gRPC service checks it again).
+void PrepareUnary(grpc::ClientContext* ctx, const std::string& api_key) {
   ctx->set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
-}
-
-// Compares in time that depends only on the lengths (no early exit on the first difference).
-bool SameSecret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+  AttachApiKey(api_key, ctx);
 }
 
 }  // namespace
@@ -295,7 +293,7 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
     if (model_.has_value()) return *model_;
   }
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  PrepareUnary(&ctx, options_.api_key);
   v1::ModelInfo info;
   const grpc::Status s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
   if (!s.ok()) {
@@ -336,7 +334,7 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
 
   bool headers_sent = false, client_gone = false;
   std::optional<grpc::Status> failure;
-  CallGroup group(stub_.get(), parsed->calls);
+  CallGroup group(stub_.get(), parsed->calls, options_.api_key);
   CallGroup::Event e;
   while (group.Next(&e)) {
     std::string out;
@@ -398,7 +396,7 @@ int HttpFrontend::Tokenize(mg_connection* conn, const std::string& body) {
     req.set_add_special_tokens(add->get<bool>());
   }
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  PrepareUnary(&ctx, options_.api_key);
   v1::TokenizeResponse resp;
   if (grpc::Status s = stub_->Tokenize(&ctx, req, &resp); !s.ok()) return SendError(conn, s);
   auto model = Model();
@@ -431,7 +429,7 @@ int HttpFrontend::Detokenize(mg_connection* conn, const std::string& body) {
         "tokens");
   }
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  PrepareUnary(&ctx, options_.api_key);
   v1::DetokenizeResponse resp;
   if (grpc::Status s = stub_->Detokenize(&ctx, req, &resp); !s.ok()) return SendError(conn, s);
   return SendBody(conn, 200, Dump({{"prompt", resp.text()}}));
@@ -446,6 +444,7 @@ int HttpFrontend::Metrics(mg_connection* conn, const std::string&) {
 int HttpFrontend::Health(mg_connection* conn, const std::string&) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  AttachApiKey(options_.api_key, &ctx);
   v1::ServerInfo info;
   const grpc::Status s = stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
   if (s.ok() && info.ready()) return SendBody(conn, 200, "{}");

@@ -10,7 +10,6 @@
 #include "common/log.h"
 #include "common/timer.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "worker/server/signals.h"
 
 #ifndef TINYSERVE_VERSION
@@ -23,6 +22,9 @@ WorkerServer::WorkerServer(const WorkerServerOptions& options) : options_(option
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     const WorkerServerOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<WorkerServer> w(new WorkerServer(options));
   Stopwatch load_time;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options.engine);
@@ -50,6 +52,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   w->state_.metrics = w->metrics_.get();
   w->state_.model_path = options.engine.model_path;
   w->state_.version = TINYSERVE_VERSION;
+  w->state_.api_key = options.api_key;
   w->state_.start_time = NowSeconds();
   w->api_service_ = std::make_unique<TinyServeService>(&w->state_);
   w->control_service_ = std::make_unique<WorkerControlService>(&w->state_);
@@ -58,7 +61,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &w->port_);
+  builder.AddListeningPort(address, *credentials, &w->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(w->api_service_.get());
   builder.RegisterService(w->control_service_.get());
@@ -67,10 +70,16 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
     w->engine_->Stop();
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
-  grpc::HealthCheckServiceInterface* health = w->server_->GetHealthCheckService();
-  health->SetServingStatus("liveness", true);
-  health->SetServingStatus("readiness", false);
-  health->SetServingStatus("", false);
+  auto health_server = StartHealthServer(options.host, options.health_port);
+  if (!health_server.ok()) {
+    w->server_->Shutdown();
+    w->engine_->Stop();
+    return health_server.status();
+  }
+  w->health_server_ = *std::move(health_server);
+  SetHealth({w->server_.get(), w->health_server_.get()}, "liveness", true);
+  SetHealth({w->server_.get(), w->health_server_.get()}, "readiness", false);
+  SetHealth({w->server_.get(), w->health_server_.get()}, "", false);
 
   if (options.metrics_port > 0) {
     const std::string metrics_address = absl::StrCat(options.host, ":", options.metrics_port);
@@ -87,7 +96,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   auto http =
       HttpFrontend::StartFor(w->server_.get(),
                              {options.host, options.http_port, options.http_threads,
-                              options.max_message_bytes, TINYSERVE_VERSION, options.http_api_key},
+                              options.max_message_bytes, TINYSERVE_VERSION, options.api_key},
                              w->metrics_->registry(), w->metrics_->collectable());
   if (!http.ok()) {
     w->server_->Shutdown();
@@ -98,7 +107,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
 
   w->SetReady(true);
   w->watchdog_ = std::thread([p = w.get()] { p->WatchdogLoop(); });
-  TS_LOG(INFO) << "worker serving gRPC on " << options.host << ":" << w->port_
+  TS_LOG(INFO) << "worker serving gRPC" << (options.tls.enabled() ? " (TLS)" : "") << " on "
+               << options.host << ":" << w->port_
                << (options.metrics_port > 0
                        ? absl::StrCat(", metrics on :", options.metrics_port, "/metrics")
                        : std::string())
@@ -119,11 +129,8 @@ WorkerServer::~WorkerServer() {
 
 void WorkerServer::SetReady(bool ready) {
   state_.ready.store(ready);
-  if (server_ != nullptr) {
-    grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-    health->SetServingStatus("readiness", ready);
-    health->SetServingStatus("", ready);
-  }
+  SetHealth({server_.get(), health_server_.get()}, "readiness", ready);
+  SetHealth({server_.get(), health_server_.get()}, "", ready);
   metrics_->SetReady(ready);
 }
 
@@ -184,6 +191,7 @@ void WorkerServer::Drain() {
   engine_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   http_.reset();  // after the server: its handlers' calls have ended
+  if (health_server_ != nullptr) health_server_->Shutdown();
   exposer_.reset();
 }
 

@@ -27,6 +27,7 @@
 #include "prometheus/exposer.h"
 #include "worker/engine/engine.h"
 #include "worker/server/http_frontend.h"
+#include "worker/server/rpc_security.h"
 #include "worker/server/worker_metrics.h"
 #include "worker/server/worker_service.h"
 
@@ -42,7 +43,9 @@ struct WorkerServerOptions {
   int max_message_bytes = 4 << 20;        // larger requests: RESOURCE_EXHAUSTED (by gRPC)
   int http_port = 0;                      // OpenAI-compatible HTTP API; 0 = off
   int http_threads = 64;                  // HTTP connections served at once
-  std::string http_api_key;               // non-empty: the HTTP API needs this bearer token
+  std::string api_key;                    // non-empty: gRPC and HTTP calls need this bearer token
+  ServerTls tls;                          // gRPC over TLS (mutual with tls.client_ca_file)
+  int health_port = 0;                    // plaintext grpc.health.v1 only (probes); 0 = off
   bool probe_at_start = true;             // run Engine::HealthProbe before turning ready
 };
 
@@ -73,6 +76,7 @@ class WorkerServer {
   std::unique_ptr<TinyServeService> api_service_;
   std::unique_ptr<WorkerControlService> control_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;  // --health-port
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<HttpFrontend> http_;
   int port_ = 0;

@@ -9,6 +9,7 @@
 #include "worker/server/api_util.h"
 #include "worker/server/block_hash.h"
 #include "worker/server/generate_reactor.h"
+#include "worker/server/rpc_security.h"
 #include "worker/server/status_convert.h"
 
 namespace tinyserve {
@@ -47,6 +48,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TinyServeService::Generate(
 grpc::ServerUnaryReactor* TinyServeService::Abort(grpc::CallbackServerContext* context,
                                                   const v1::AbortRequest* request,
                                                   v1::AbortResponse* response) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
   for (const std::string& id : request->request_ids()) {
     if (state_->engine->Abort(id)) response->add_aborted(id);
   }
@@ -56,6 +60,9 @@ grpc::ServerUnaryReactor* TinyServeService::Abort(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* TinyServeService::Tokenize(grpc::CallbackServerContext* context,
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
   const Tokenizer& tok = state_->engine->tokenizer();
   const bool add_bos = request->has_add_special_tokens() ? request->add_special_tokens() : true;
   for (int32_t id : tok.Encode(request->text(), request->parse_special_tokens(), add_bos)) {
@@ -68,6 +75,9 @@ grpc::ServerUnaryReactor* TinyServeService::Tokenize(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* TinyServeService::Detokenize(grpc::CallbackServerContext* context,
                                                        const v1::DetokenizeRequest* request,
                                                        v1::DetokenizeResponse* response) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
   const Tokenizer& tok = state_->engine->tokenizer();
   std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -85,6 +95,9 @@ grpc::ServerUnaryReactor* TinyServeService::Detokenize(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* TinyServeService::GetModelInfo(grpc::CallbackServerContext* context,
                                                          const v1::GetModelInfoRequest*,
                                                          v1::ModelInfo* response) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
   const Engine& engine = *state_->engine;
   const ModelConfig& c = engine.model_config();
   response->set_name(SanitizeUtf8(c.name));
@@ -108,6 +121,9 @@ grpc::ServerUnaryReactor* TinyServeService::GetModelInfo(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* TinyServeService::GetServerInfo(grpc::CallbackServerContext* context,
                                                           const v1::GetServerInfoRequest*,
                                                           v1::ServerInfo* response) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
   const EngineStats s = state_->engine->Stats();
   response->set_role("worker");
   response->set_version(state_->version);
@@ -125,6 +141,9 @@ grpc::ServerUnaryReactor* TinyServeService::GetServerInfo(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* WorkerControlService::GetLoad(grpc::CallbackServerContext* context,
                                                         const v1::GetLoadRequest*,
                                                         v1::LoadReport* response) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
   const EngineStats s = state_->engine->Stats();
   const EngineOptions& o = state_->engine->options();
   response->set_running(s.running);
@@ -148,6 +167,9 @@ grpc::ServerUnaryReactor* WorkerControlService::GetLoad(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* WorkerControlService::GetPrefixSummary(
     grpc::CallbackServerContext* context, const v1::GetPrefixSummaryRequest* request,
     v1::PrefixSummary* response) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
   response->set_text_block_bytes(kTextBlockBytes);
   response->set_token_block_size(kTokenBlockSize);
   const size_t max = request->max_hashes() > 0 ? static_cast<size_t>(request->max_hashes()) : 0;
@@ -158,6 +180,9 @@ grpc::ServerUnaryReactor* WorkerControlService::GetPrefixSummary(
 grpc::ServerUnaryReactor* WorkerControlService::DeepHealth(grpc::CallbackServerContext* context,
                                                            const v1::DeepHealthRequest*,
                                                            v1::DeepHealthResponse* response) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The probe runs a forward: keep it off the callback thread.
   std::thread([state = state_, reactor, response] {

@@ -31,6 +31,7 @@ struct WorkerState {
   WorkerMetrics* metrics = nullptr;
   std::string model_path;
   std::string version;
+  std::string api_key;          // non-empty: every call needs "authorization: Bearer <key>"
   double start_time = 0;        // NowSeconds() at start
   std::atomic<bool> ready{false};
   std::atomic<bool> draining{false};

@@ -84,13 +84,32 @@ app.kubernetes.io/component: worker
 {{- end }}
 {{- end }}
 
-{{/* Native gRPC probe: port and grpc.health.v1 service name. */}}
+{{/* Native gRPC probe: grpc.health.v1 service name, on the gRPC port, or with TLS on the
+plaintext health port (kubelet's gRPC probes cannot speak TLS). */}}
 {{- define "tinyserve.grpcProbe" -}}
 grpc:
-  port: {{ .port }}
+  port: {{ if .root.Values.tls.secretName }}{{ .root.Values.tls.healthPort }}{{ else }}{{ .port }}{{ end }}
   {{- if .service }}
   service: {{ .service | quote }}
   {{- end }}
+{{- end }}
+
+{{/* Where the TLS Secret is mounted, and the name the workers' certificate must carry. */}}
+{{- define "tinyserve.tlsDir" -}}/etc/tinyserve/tls{{- end }}
+{{- define "tinyserve.workerServerName" -}}
+{{- default (printf "%s.%s.svc.%s" (include "tinyserve.workerName" .) .Release.Namespace .Values.clusterDomain) .Values.tls.workerServerName }}
+{{- end }}
+
+{{/* The TLS Secret as a volume, and its read-only mount. */}}
+{{- define "tinyserve.tlsVolume" -}}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.secretName | quote }}
+{{- end }}
+{{- define "tinyserve.tlsMount" -}}
+- name: tls
+  mountPath: {{ include "tinyserve.tlsDir" . }}
+  readOnly: true
 {{- end }}
 
 {{/* Refuse to render values that cannot drain cleanly or make no sense together. */}}
