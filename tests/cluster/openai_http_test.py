@@ -346,6 +346,34 @@ class OpenAiHttpTest(cl.ClusterCase):
                 "type": "json_schema", "json_schema": {"name": "x", "schema": {"anyOf": []}}})
         self.assertEqual(ctx.exception.body["param"], "json_schema.anyOf")
 
+        # Pydantic models through the client's parse(), as users write them: the nested model
+        # becomes $defs + $ref, Optional fields anyOf [..., null]; the reply parses back into
+        # the model.
+        from typing import List, Optional
+        from pydantic import BaseModel
+
+        class Address(BaseModel):
+            city: str
+            country: Optional[str]
+
+        class Person(BaseModel):
+            name: str
+            age: int
+            nickname: Optional[str]
+            home: Address
+            languages: List[str]
+
+        ask_home = [{"role": "user", "content": "Describe a person named Ada, aged 36, who lives "
+                     "in Paris and speaks English and French, as JSON."}]
+        for seed, temperature in ((0, 0.0), (4, 0.7)):
+            out = api.chat.completions.parse(model="m", messages=ask_home, max_tokens=200,
+                                             temperature=temperature, seed=seed,
+                                             response_format=Person)
+            self.assertEqual(out.choices[0].finish_reason, "stop", out.choices[0].message)
+            person = out.choices[0].message.parsed
+            self.assertIsInstance(person, Person)
+            self.assertIsInstance(person.home, Address)
+
 
 if __name__ == "__main__":
     S = cl.stubs()

@@ -1,5 +1,6 @@
 #include "worker/sampling/json_schema.h"
 
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -11,10 +12,22 @@ using ojson = nlohmann::ordered_json;  // properties keep the schema's order
 
 class SchemaCompiler {
  public:
+  explicit SchemaCompiler(const ojson& root) : root_(root) {}
   absl::Status Compile(const ojson& s, const std::string& path, int depth, int* out);
+  // Fills every node's first-byte set; refuses alternatives that can start alike.
+  absl::Status Finish();
   std::vector<SchemaNode> nodes;
 
  private:
+  absl::Status Ref(const ojson& ref, const std::string& path, int depth, int* out);
+  absl::Status Alternatives(const std::vector<ojson>& alternatives, const std::string& path,
+                            int depth, SchemaNode* node);
+  absl::Status First(int index, std::vector<uint8_t>* state);
+
+  const ojson& root_;
+  std::map<std::string, int> refs_;  // "$ref" -> its node (compiled once; recursion allowed)
+  std::vector<std::string> paths_;   // per node, for Finish's errors
+
   static absl::Status Bad(const std::string& path, absl::string_view message) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
   }
@@ -32,23 +45,101 @@ class SchemaCompiler {
   }
 };
 
+absl::Status SchemaCompiler::Ref(const ojson& ref, const std::string& path, int depth, int* out) {
+  if (!ref.is_string()) return Bad(path, "must be a string");
+  const std::string name = ref.get<std::string>();
+  if (name.empty() || name[0] != '#') {
+    return Bad(path, "only references inside the schema (\"#/$defs/Name\") are supported");
+  }
+  if (auto it = refs_.find(name); it != refs_.end()) {
+    if (it->second >= static_cast<int>(nodes.size())) return Bad(path, "refers to itself");
+    *out = it->second;
+    return absl::OkStatus();
+  }
+  const ojson* target = nullptr;
+  try {
+    const ojson::json_pointer pointer(name.substr(1));
+    if (root_.contains(pointer)) target = &root_.at(pointer);
+  } catch (const std::exception&) {  // a malformed pointer
+  }
+  if (target == nullptr) {
+    return Bad(path, absl::StrCat("'", name, "' does not resolve inside the schema"));
+  }
+  refs_[name] = static_cast<int>(nodes.size());   // the node Compile creates next
+  return Compile(*target, path, depth + 1, out);  // depth bounds chains of references
+}
+
+absl::Status SchemaCompiler::Alternatives(const std::vector<ojson>& alternatives,
+                                          const std::string& path, int depth, SchemaNode* node) {
+  if (alternatives.empty() || alternatives.size() > 16) {
+    return Bad(path, "must list 1 to 16 schemas");
+  }
+  node->kind = SchemaNode::Kind::kAnyOf;
+  paths_.back() = path;  // Finish's errors name the list
+  for (size_t i = 0; i < alternatives.size(); ++i) {
+    int child = 0;
+    if (auto st = Compile(alternatives[i], absl::StrCat(path, "[", i, "]"), depth + 1, &child);
+        !st.ok()) {
+      return st;
+    }
+    node->children.push_back(child);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, int depth, int* out) {
   if (depth > SchemaRecognizer::kMaxDepth) return Bad(path, "nests deeper than 16 levels");
+  if (s.is_object()) {
+    if (auto r = s.find("$ref"); r != s.end()) return Ref(*r, path + ".$ref", depth, out);
+    if (auto a = s.find("allOf"); a != s.end()) {  // Pydantic: {"allOf": [{"$ref": ...}]}
+      if (!a->is_array() || a->size() != 1) {
+        return Bad(path + ".allOf", "only a list of one schema is supported");
+      }
+      return Compile((*a)[0], path + ".allOf[0]", depth + 1, out);
+    }
+  }
   const int index = static_cast<int>(nodes.size());
   *out = index;
   nodes.emplace_back();
+  paths_.push_back(path);
   SchemaNode node;
   if (s.is_boolean() && s.get<bool>()) {  // `true`: anything
     nodes[index] = node;
     return absl::OkStatus();
   }
   if (!s.is_object()) return Bad(path, "must be a schema object");
-  for (const char* k : {"$ref", "anyOf", "oneOf", "allOf", "not", "if", "patternProperties",
-                        "pattern", "prefixItems"}) {
+  for (const char* k : {"not", "if", "patternProperties", "pattern", "prefixItems"}) {
     if (s.contains(k)) return Bad(absl::StrCat(path, ".", k), "is not supported");
   }
   auto literal_ok = [](const ojson& v) { return !v.is_object() && !v.is_array(); };
-  if (auto c = s.find("const"); c != s.end()) {
+  const ojson* any_of = nullptr;
+  const char* any_of_key = nullptr;
+  for (const char* k : {"anyOf", "oneOf"}) {
+    if (auto a = s.find(k); a != s.end()) {
+      if (any_of != nullptr) return Bad(path, "give anyOf or oneOf, not both");
+      any_of = &*a;
+      any_of_key = k;
+    }
+  }
+  if (any_of != nullptr) {
+    // oneOf is anyOf here: alternatives that start differently never both match.
+    if (!any_of->is_array()) return Bad(absl::StrCat(path, ".", any_of_key), "must be a list");
+    const std::vector<ojson> alternatives(any_of->begin(), any_of->end());
+    if (auto st = Alternatives(alternatives, absl::StrCat(path, ".", any_of_key), depth, &node);
+        !st.ok()) {
+      return st;
+    }
+  } else if (auto t = s.find("type"); t != s.end() && t->is_array()) {
+    // ["string", "null"]: one alternative per type, each with the schema's other keywords.
+    std::vector<ojson> alternatives;
+    for (const ojson& name : *t) {
+      if (!name.is_string()) return Bad(path + ".type", "must list type names");
+      ojson alternative = s;
+      alternative["type"] = name;
+      alternatives.push_back(std::move(alternative));
+    }
+    if (auto st = Alternatives(alternatives, path + ".type", depth, &node); !st.ok()) return st;
+  } else if (auto c = s.find("const"); c != s.end()) {
     if (!literal_ok(*c)) return Bad(path + ".const", "must be a scalar");
     node.kind = SchemaNode::Kind::kLiterals;
     node.literals = {Dump(*c)};
@@ -63,8 +154,7 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
       if (seen.insert(Dump(v)).second) node.literals.push_back(Dump(v));
     }
   } else if (auto t = s.find("type"); t != s.end()) {
-    if (!t->is_string())
-      return Bad(path + ".type", "must be one type name (lists are not supported)");
+    if (!t->is_string()) return Bad(path + ".type", "must be a type name or a list of them");
     const std::string type = t->get<std::string>();
     if (type == "object") {
       node.kind = SchemaNode::Kind::kObject;
@@ -115,12 +205,73 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
   return absl::OkStatus();
 }
 
+absl::Status SchemaCompiler::First(int index, std::vector<uint8_t>* state) {
+  if ((*state)[index] == 2) return absl::OkStatus();
+  if ((*state)[index] == 1) return Bad(paths_[index], "refers to itself without nesting");
+  (*state)[index] = 1;
+  std::array<uint64_t, 4> first{};
+  auto add = [&first](std::string_view bytes) {
+    for (unsigned char c : bytes) first[c >> 6] |= uint64_t{1} << (c & 63);
+  };
+  const SchemaNode& n = nodes[index];
+  switch (n.kind) {
+    case SchemaNode::Kind::kAny:
+      add("{[\"-0123456789tfn");
+      break;
+    case SchemaNode::Kind::kObject:
+      add("{");
+      break;
+    case SchemaNode::Kind::kArray:
+      add("[");
+      break;
+    case SchemaNode::Kind::kString:
+      add("\"");
+      break;
+    case SchemaNode::Kind::kNumber:
+    case SchemaNode::Kind::kInteger:
+      add("-0123456789");
+      break;
+    case SchemaNode::Kind::kLiterals:
+      for (const std::string& lit : n.literals) add(lit.substr(0, 1));
+      break;
+    case SchemaNode::Kind::kAnyOf:
+      for (size_t i = 0; i < n.children.size(); ++i) {
+        const int child = n.children[i];
+        if (auto st = First(child, state); !st.ok()) return st;
+        for (int w = 0; w < 4; ++w) {
+          if (const uint64_t both = first[w] & nodes[child].first[w]; both != 0) {
+            const char c = static_cast<char>(w * 64 + __builtin_ctzll(both));
+            return Bad(paths_[index],
+                       absl::StrCat("alternative ", i, " can start with '", std::string(1, c),
+                                    "' as an earlier one does; only alternatives of different "
+                                    "kinds (object, array, string, number, true/false, null) "
+                                    "are supported"));
+          }
+          first[w] |= nodes[child].first[w];
+        }
+      }
+      break;
+  }
+  nodes[index].first = first;
+  (*state)[index] = 2;
+  return absl::OkStatus();
+}
+
+absl::Status SchemaCompiler::Finish() {
+  std::vector<uint8_t> state(nodes.size(), 0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (auto st = First(static_cast<int>(i), &state); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::string_view text) {
   const ojson s = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (s.is_discarded()) return absl::InvalidArgumentError("json_schema: not valid JSON");
-  SchemaCompiler c;
+  SchemaCompiler c(s);
   int root = 0;
   if (auto st = c.Compile(s, "json_schema", 0, &root); !st.ok()) return st;
+  if (auto st = c.Finish(); !st.ok()) return st;
   auto schema = std::shared_ptr<JsonSchema>(new JsonSchema());
   schema->nodes_ = std::move(c.nodes);
   return std::shared_ptr<const JsonSchema>(std::move(schema));
@@ -184,9 +335,17 @@ bool SchemaRecognizer::EndValue() {
 bool SchemaRecognizer::StartValue(int node, unsigned char c) {
   if (depth_ == kMaxDepth) return false;
   const SchemaNode& n = schema_->nodes()[node];
+  if (n.kind == SchemaNode::Kind::kAnyOf) {  // the first byte picks the alternative
+    for (int child : n.children) {
+      if (schema_->nodes()[child].first[c >> 6] >> (c & 63) & 1) return StartValue(child, c);
+    }
+    return false;
+  }
   Frame f;
   f.node = static_cast<int16_t>(node);
   switch (n.kind) {
+    case SchemaNode::Kind::kAnyOf:  // above
+      return false;
     case SchemaNode::Kind::kAny:
       any_ = JsonRecognizer(/*object_only=*/false);
       if (!any_.Byte(c)) return false;
@@ -292,6 +451,8 @@ bool SchemaRecognizer::Byte(unsigned char c) {
       EndValue();
       return Byte(c);
     }
+    case SchemaNode::Kind::kAnyOf:  // never on the stack (StartValue enters an alternative)
+      return false;
     case SchemaNode::Kind::kObject:
       if (f.phase == kKeyText) {
         const std::string& key = n.keys[f.index];

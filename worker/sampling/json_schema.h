@@ -5,9 +5,17 @@
 // Supported, as OpenAI's strict mode: "type" object (with "properties": every property is
 // written, in the schema's order; "required" and "additionalProperties" are read as strict),
 // array ("items", "minItems", "maxItems"), string, number, integer, boolean, null; "enum" and
-// "const" of scalars; a schema without "type" accepts any JSON value. Refused with an error
-// naming the schema path: "$ref", "anyOf", "oneOf", "allOf", "not", a list of types, and any
-// "type" not listed. Nesting: at most 16 levels of schemas.
+// "const" of scalars; a schema without "type" accepts any JSON value.
+// Also what Pydantic and zod emit for nested and optional fields:
+//   - "$ref" to a local JSON pointer ("#/$defs/Address", "#/definitions/X", "#"), recursion
+//     included (each target is compiled once);
+//   - "anyOf" / "oneOf", and a list of types ("type": ["string", "null"]), when the
+//     alternatives start with different bytes (an object, an array, a string, a number, true or
+//     false, null...), so the first byte of a value picks its alternative and decoding stays
+//     deterministic; two alternatives that can start alike (two objects) are refused;
+//   - "allOf" of one schema (Pydantic wraps a $ref so).
+// Refused with an error naming the schema path: "not", "if", "pattern", "patternProperties",
+// "prefixItems", remote "$ref"s and any "type" not listed. Nesting: at most 16 levels.
 //
 // Thread safety: a compiled JsonSchema is immutable (shared); a SchemaRecognizer is per request.
 #pragma once
@@ -26,10 +34,21 @@
 namespace tinyserve {
 
 struct SchemaNode {
-  enum class Kind : uint8_t { kAny, kObject, kArray, kString, kNumber, kInteger, kLiterals };
+  enum class Kind : uint8_t {
+    kAny,
+    kObject,
+    kArray,
+    kString,
+    kNumber,
+    kInteger,
+    kLiterals,
+    kAnyOf
+  };
   Kind kind = Kind::kAny;
   std::vector<std::string> keys;  // kObject: each key as a JSON string ("\"name\"")
-  std::vector<int> children;      // kObject: the node of each key; kArray: {items}
+  std::vector<int> children;      // kObject: the node of each key; kArray: {items};
+                                  // kAnyOf: the alternatives
+  std::array<uint64_t, 4> first{};  // the bytes a value of this node can start with
   int min_items = 0;              // kArray
   int max_items = INT_MAX;
   std::vector<std::string> literals;  // kLiterals: the JSON texts allowed (enum, const, bool, null)
@@ -69,7 +88,7 @@ class SchemaRecognizer {
   };
 
   bool Byte(unsigned char c);
-  bool StartValue(int node, unsigned char c);
+  bool StartValue(int node, unsigned char c);  // c is not whitespace
   bool EndValue();  // pops the finished value; the parent expects what follows it
   bool Whitespace();
   const SchemaNode& NodeOf(const Frame& f) const { return schema_->nodes()[f.node]; }

@@ -103,10 +103,22 @@ TEST(JsonSchema, ScalarsAndAnyAtTheRoot) {
 
 TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePath) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"anyOf": [{"type": "string"}]})", "json_schema.anyOf"},
+      // Alternatives that can start alike: the first byte could not pick one.
+      {R"({"anyOf": [{"type": "object"}, {"type": "object", "properties": {}}]})",
+       "json_schema.anyOf: alternative 1 can start with '{'"},
+      {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "json_schema.oneOf"},
+      {R"({"anyOf": [{"enum": ["a", 1]}, {"type": "string"}]})", "json_schema.anyOf"},
+      {R"({"anyOf": []})", "json_schema.anyOf"},
+      {R"({"type": ["string", "decimal"]})", "json_schema.type[1].type"},
       {R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}})",
-       "json_schema.properties.a.$ref"},
-      {R"({"type": ["string", "null"]})", "json_schema.type"},
+       "json_schema.properties.a.$ref: '#/$defs/x' does not resolve"},
+      {R"({"$ref": "https://example.com/s.json"})", "json_schema.$ref"},
+      {R"({"$ref": "#"})", "json_schema.$ref"},
+      {R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}},
+           "$ref": "#/$defs/a"})",
+       "json_schema.$ref.anyOf"},
+      {R"({"allOf": [{"type": "string"}, {"type": "null"}]})", "json_schema.allOf"},
+      {R"({"not": {"type": "string"}})", "json_schema.not"},
       {R"({"type": "decimal"})", "json_schema.type"},
       {R"({"type": "string", "pattern": "^a"})", "json_schema.pattern"},
       {R"({"type": "array", "minItems": 3, "maxItems": 2})", "json_schema"},
@@ -123,6 +135,74 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePath) {
   std::string nested = "{}";
   for (int i = 0; i < 20; ++i) nested = R"({"type": "array", "items": )" + nested + "}";
   EXPECT_FALSE(JsonSchema::Compile(nested).ok());
+  // A long chain of references is bounded like nesting (no deep recursion on hostile input).
+  std::string defs = R"({"$ref": "#/$defs/a0", "$defs": {)";
+  for (int i = 0; i < 100000; ++i) {
+    defs +=
+        "\"a" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/a" + std::to_string(i + 1) + "\"},";
+  }
+  defs += R"("a100000": {"type": "null"}}})";
+  auto chain = JsonSchema::Compile(defs);
+  ASSERT_FALSE(chain.ok());
+  EXPECT_NE(std::string(chain.status().message()).find("deeper than 16"), std::string::npos)
+      << chain.status();
+}
+
+// What Pydantic emits for nested models, Optional fields and recursive types.
+const char kPydantic[] = R"({
+  "$defs": {
+    "Address": {"type": "object", "required": ["city", "zip"],
+                "properties": {"city": {"type": "string"},
+                               "zip": {"anyOf": [{"type": "string"}, {"type": "null"}]}}},
+    "Node": {"type": "object",
+             "properties": {"v": {"type": "integer"},
+                            "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}
+  },
+  "type": "object",
+  "properties": {
+    "name": {"type": "string"},
+    "nick": {"type": ["string", "null"]},
+    "home": {"$ref": "#/$defs/Address"},
+    "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+    "tree": {"allOf": [{"$ref": "#/$defs/Node"}]},
+    "n": {"oneOf": [{"type": "integer"}, {"enum": ["many", false]}]}
+  }
+})";
+
+TEST(JsonSchema, RefsAndAlternativesPickedByTheFirstByte) {
+  auto schema = MustCompile(kPydantic);
+  ASSERT_NE(schema, nullptr);
+  const std::string good[] = {
+      R"({"name": "A", "nick": null, "home": {"city": "X", "zip": "123"}, "tags": ["a"],
+          "tree": {"v": 1, "kids": [{"v": 2, "kids": []}, {"v": 3, "kids": [{"v": 4, "kids": []}]}]},
+          "n": 3})",
+      R"({"name":"B","nick":"Bo","home":{"city":"Y","zip":null},"tags":null,"tree":{"v":-1,"kids":[]},"n":"many"})",
+      R"({"name":"C","nick":"","home":{"city":"","zip":""},"tags":[],"tree":{"v":0,"kids":[]},"n":false})",
+  };
+  for (const std::string& d : good) {
+    EXPECT_EQ(Check(*schema, d), std::make_pair(true, true)) << d;
+    for (size_t n = 0; n + 1 < d.size(); ++n) {
+      EXPECT_TRUE(Check(*schema, d.substr(0, n)).first) << d.substr(0, n);
+      EXPECT_FALSE(Check(*schema, d.substr(0, n)).second) << d.substr(0, n);
+    }
+  }
+  const std::string bad[] = {
+      R"({"name": "A", "nick": 5)",                                      // neither string nor null
+      R"({"name": "A", "nick": null, "home": {"city": "X", "zip": 12)",  // zip: number
+      R"({"name": "A", "nick": null, "home": {"city": "X", "zip": null}, "tags": "a")",
+      R"({"name": "A", "nick": null, "home": {"city": "X", "zip": null}, "tags": null,
+          "tree": {"v": 1, "kids": [1)",  // a kid is a Node
+      R"({"name":"A","nick":null,"home":{"city":"X","zip":null},"tags":null,"tree":{"v":1,"kids":[]},"n":true)",
+      R"({"name":"A","nick":null,"home":{"city":"X","zip":null},"tags":null,"tree":{"v":1,"kids":[]},"n":"few")",
+  };
+  for (const std::string& d : bad) EXPECT_FALSE(Check(*schema, d).first) << d;
+  // A list of types at the root, with the other keywords applying to each.
+  auto list = MustCompile(R"({"type": ["array", "null"], "items": {"type": "integer"},
+                              "maxItems": 2})");
+  EXPECT_EQ(Check(*list, "null"), std::make_pair(true, true));
+  EXPECT_EQ(Check(*list, "[1, 2]"), std::make_pair(true, true));
+  EXPECT_FALSE(Check(*list, "[1, 2, 3").first);
+  EXPECT_FALSE(Check(*list, "[\"a\"").first);
 }
 
 TEST(JsonSchema, ConstraintSteersASamplerToAMatchingValue) {
