@@ -5,8 +5,10 @@ count and max tokens on both sides). TinyServe runs `tinyserve generate --spec-t
 llama.cpp runs through llama-cpp-python, plainly and with its LlamaPromptLookupDecoding draft
 model (num_pred_tokens N), each in its own process. Reported: decode tokens/s (first token to
 last), speculative acceptance, whether the speculative output equals the plain one, and the
-ratios. Tasks: quoting a passage, editing code, quoting from a long document (~3.5K tokens of
-context) and free writing, where lookup finds little to draft.
+ratios. Tasks: quoting a passage, editing code, quoting from a long document (~6.3K tokens of
+context), editing a long file (60 functions, ~3K tokens) and free writing, where lookup finds
+little to draft. The two long tasks also run with quest selection (--budget tokens per step),
+where each verified row selects its own pages.
 
   .venv/bin/python bench/spec_bench.py [--binary build/bin/tinyserve] [--threads 1] [--reps 3]
 """
@@ -43,26 +45,45 @@ def mean(values):
     return total / len(values)"""
 
 
+def long_code():
+    """60 small functions (~3K tokens), all alike but for their names and constants."""
+    names = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "theta", "kappa"]
+    return "\n".join(f"""def {names[i % 8]}_{i}(values):
+    result = 0
+    for v in values:
+        if v > {i}:
+            result = result + v * {i % 7 + 1}
+        else:
+            result = result - v
+    return result
+""" for i in range(60))
+
+
 def tasks():
+    """(name, prompt, max tokens, long: also run with quest)."""
     alice = open(os.path.join(DATA, "text", "alice29.txt"), encoding="utf-8").read()
     lines = alice.splitlines()
     passage = "\n".join(lines[199:215])
-    doc = "\n".join(lines[100:560])  # ~3.5K tokens
+    doc = "\n".join(lines[100:560])
     return [
-        ("quote", "Repeat the following text exactly, word for word:\n\n" + passage, 200),
+        ("quote", "Repeat the following text exactly, word for word:\n\n" + passage, 200, False),
         ("code edit", "Rename the variable result to product in this Python code and show "
-                      "the full code:\n\n" + CODE, 300),
+                      "the full code:\n\n" + CODE, 300, False),
         ("long-doc quote", doc + "\n\nCopy, word for word, the paragraph of the text above "
-                                 "that begins with \"There were doors all round the hall\".", 200),
-        ("free writing", "Write a short story about a dragon who learns to bake bread.", 200),
+                                 "that begins with \"There were doors all round the hall\".", 200,
+         True),
+        ("long code edit", "Rename the variable result to total in every function of this Python "
+                           "code and show the full code:\n\n" + long_code(), 300, True),
+        ("free writing", "Write a short story about a dragon who learns to bake bread.", 200,
+         False),
     ]
 
 
-def run_tinyserve(a, prompt, max_tokens, spec):
+def run_tinyserve(a, prompt, max_tokens, spec, policy="dense"):
     cmd = [a.binary, "generate", "--model", a.model, "--threads", str(a.threads), "--chat",
            "--max-tokens", str(max_tokens), "--spec-tokens", str(spec), "--spec-ngram-min",
            str(a.ngram_min), "--spec-ngram-max", str(a.ngram_max), "--max-context", "8192",
-           "--prompt", prompt]
+           "--policy", policy, "--budget", str(a.budget), "--prompt", prompt]
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
     tail = p.stderr.strip().splitlines()[-1]
     m = re.search(r"generated (\d+) tokens.*decode ([\d.]+) tok/s", tail)
@@ -120,6 +141,7 @@ def main():
     ap.add_argument("--ngram-min", type=int, default=2)
     ap.add_argument("--ngram-max", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--budget", type=int, default=1024, help="quest's tokens per step")
     ap.add_argument("--llama-python", default=sys.executable)
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--llama-child", action="store_true", help=argparse.SUPPRESS)
@@ -127,17 +149,20 @@ def main():
     if a.llama_child:
         return llama_child(a)
     rows = []
-    for name, prompt, max_tokens in tasks():
-        ts0 = median_run(lambda: run_tinyserve(a, prompt, max_tokens, 0), a.reps)
-        ts1 = median_run(lambda: run_tinyserve(a, prompt, max_tokens, a.spec), a.reps)
+    for name, prompt, max_tokens, long in tasks():
         ll0 = median_run(lambda: run_llama(a, prompt, max_tokens, 0), a.reps)
         ll1 = median_run(lambda: run_llama(a, prompt, max_tokens, a.spec), a.reps)
-        row = {"task": name, "tinyserve": ts0["tps"], "tinyserve_spec": ts1["tps"],
-               "accepted": ts1["accepted"], "drafted": ts1["drafted"], "tokens": ts1["tokens"],
-               "same_output": ts0["text"] == ts1["text"], "llama": ll0["tps"],
-               "llama_spec": ll1["tps"], "llama_same_output": ll0["text"] == ll1["text"]}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        for policy in ("dense", "quest") if long else ("dense",):
+            ts0 = median_run(lambda: run_tinyserve(a, prompt, max_tokens, 0, policy), a.reps)
+            ts1 = median_run(lambda: run_tinyserve(a, prompt, max_tokens, a.spec, policy), a.reps)
+            row = {"task": name if policy == "dense" else f"{name}, quest {a.budget}",
+                   "policy": policy, "tinyserve": ts0["tps"], "tinyserve_spec": ts1["tps"],
+                   "accepted": ts1["accepted"], "drafted": ts1["drafted"],
+                   "tokens": ts1["tokens"], "same_output": ts0["text"] == ts1["text"],
+                   "llama": ll0["tps"], "llama_spec": ll1["tps"],
+                   "llama_same_output": ll0["text"] == ll1["text"]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     print(f"\nSmolLM2-135M-Instruct Q4_1, {a.threads} thread(s), greedy, --spec-tokens {a.spec} "
           f"(ngram {a.ngram_min}..{a.ngram_max}); llama.cpp: LlamaPromptLookupDecoding("
           f"num_pred_tokens={a.spec}). Decode tokens/s, medians of {a.reps}.\n")
@@ -152,7 +177,8 @@ def main():
               f"{r['llama_spec']:.1f} | {r['tinyserve_spec'] / r['llama_spec']:.2f}x |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"threads": a.threads, "spec": a.spec, "rows": rows}, f, indent=1)
+            json.dump({"threads": a.threads, "spec": a.spec, "budget": a.budget, "rows": rows}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

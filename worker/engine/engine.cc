@@ -152,7 +152,7 @@ class Engine::Impl {
   int Draft(Sequence& s, int room);
   // Samples a verified sequence's rows in order while they agree with the draft; rolls the
   // rejected rows out of the cache. Returns why the sequence ends, if it does.
-  std::optional<FinishReason> Verify(Sequence& s, float* logits, int rows);
+  std::optional<FinishReason> Verify(Sequence& s, float* logits, int rows, bool selected);
   void ReportSelection(const Sequence& s);
   // Registers the sequence's newly full, computed pages for prefix reuse.
   void RegisterFullPages(Sequence& s);
@@ -393,18 +393,20 @@ int Engine::Impl::Draft(Sequence& s, int room) {
     const int64_t r = p % ps;
     k = std::min<int64_t>(k, r < ps - 1 ? ps - 2 - r : ps - 1);
   }
-  if (k <= 0 || (s.policy && !s.policy->DenseAt(p + 1 + k))) return 0;
+  // Past the budget each row selects its own pages, which needs a policy whose choice is a
+  // function of the row alone.
+  if (k <= 0 || (s.policy && !s.policy->DenseAt(p + 1 + k) && !s.policy->SelectsPerRow())) return 0;
   std::vector<int32_t> draft;
   NgramDraft(s.tokens.data(), static_cast<int64_t>(s.tokens.size()), opts.spec_ngram_min,
              opts.spec_ngram_max, static_cast<int>(k), &draft);
   if (draft.empty()) return 0;
   // How many to verify: the most tokens per unit of step time. A step emits (1 - a^(k+1)) /
   // (1 - a) tokens on average with k drafts accepted each with probability a; each extra row
-  // costs little in the matrix products (the weights are read once) but its own attention over
-  // the context, about rho = ctx / (ctx + C) of a plain step, C the context whose K/V bytes
-  // equal the weights' (per token: 1 + k rho).
+  // costs little in the matrix products (the weights are read once) but its own attention,
+  // about rho = ctx / (ctx + C) of a plain step, ctx the tokens a step attends (the budget once
+  // selection applies), C the context whose K/V bytes equal the weights' (per token: 1 + k rho).
   const double a = std::min(s.spec_alpha, 0.999);
-  const double ctx = static_cast<double>(p + 1);
+  const double ctx = s.policy ? s.policy->AttendedTokens(p + 1 + k) : static_cast<double>(p + 1);
   const double c = static_cast<double>(runner->WeightBytes()) / kv->BytesPerToken();
   const double rho = ctx / (ctx + c);
   int best = 0;
@@ -430,7 +432,8 @@ int Engine::Impl::Draft(Sequence& s, int room) {
   return static_cast<int>(draft.size());
 }
 
-std::optional<FinishReason> Engine::Impl::Verify(Sequence& s, float* logits, int rows) {
+std::optional<FinishReason> Engine::Impl::Verify(Sequence& s, float* logits, int rows,
+                                                 bool selected) {
   const int vocab = model().vocab_size;
   const int64_t p = s.computed;
   std::optional<FinishReason> reason;
@@ -441,7 +444,11 @@ std::optional<FinishReason> Engine::Impl::Verify(Sequence& s, float* logits, int
     const SampleResult r = s.sampler->Sample(logits + static_cast<size_t>(e) * vocab, vocab,
                                              s.tokens, s.tokens.size() - s.generated);
     if (s.policy) {
-      s.policy->RecordDenseStep(p + e + 1);
+      if (selected) {
+        s.policy->EndRow(e);
+      } else {
+        s.policy->RecordDenseStep(p + e + 1);
+      }
       ReportSelection(s);
     }
     ++e;
@@ -683,8 +690,12 @@ bool Engine::Impl::Step() {
     in.pages = &s.pages;
     in.all_logits = in.decode_rows = !s.verify.empty();
     const bool decode = chunk[i] == 1 && s.computed >= s.prompt_len;
-    if (decode && s.policy && !cuda) {
-      s.policy->BeginStep(s.computed + 1);
+    // A verification past the budget selects row by row (Draft checked SelectsPerRow); within
+    // it the rows attend densely, their K/V read once.
+    const bool sparse_verify =
+        !s.verify.empty() && s.policy && !s.policy->DenseAt(s.computed + chunk[i]);
+    if ((decode || sparse_verify) && s.policy && !cuda) {
+      s.policy->BeginStep(s.computed + 1, chunk[i]);
       in.selector = s.policy.get();
     }
     batch.push_back(in);
@@ -757,7 +768,7 @@ bool Engine::Impl::Step() {
     float* out = &logits[row * vocab];
     row += batch[b].all_logits ? batch[b].n : 1;
     if (!s.verify.empty()) {
-      std::optional<FinishReason> reason = Verify(s, out, batch[b].n);
+      std::optional<FinishReason> reason = Verify(s, out, batch[b].n, batch[b].selector != nullptr);
       RegisterFullPages(s);
       if (reason) ended.push_back({&s, *reason});
       continue;

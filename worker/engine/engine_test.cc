@@ -230,6 +230,42 @@ TEST(Engine, SpeculativeDecodingGivesTheSameTokens) {
     }
 }
 
+// Past the budget each verified row selects its own pages: the output, and every step's
+// selection (pages scored and selected, KV bytes), are those of plain decoding.
+TEST(Engine, SpeculativeRowsSelectAsTheirOwnStepsPastTheBudget) {
+  const std::string prompt =
+      "Once upon a time, there was a little girl named Lily. She liked to play with her ball. "
+      "One day, Lily went to the park with her mom.";
+  for (const std::string kv_dtype : {"f16", "int8"})
+    for (const std::string policy : {"quest", "streaming"}) {
+      SCOPED_TRACE(kv_dtype + " " + policy);
+      EngineOptions o = Options();
+      o.kv_dtype = kv_dtype;
+      o.default_selection.policy = policy;
+      o.default_selection.budget = 32;  // 2 pages: every decode step selects
+      o.default_selection.dense_layers = 1;
+      auto plain_engine = MakeEngine(o);
+      const auto plain = RunTogether(*plain_engine, {prompt}, 200, true)[0];
+      o.spec_tokens = 6;
+      o.spec_ngram_min = 1;
+      o.spec_ngram_max = 3;
+      auto e = MakeEngine(o);
+      const auto spec = RunTogether(*e, {prompt, prompt}, 200, true);
+      for (const auto& s : spec) {
+        EXPECT_EQ(s->ids, plain->ids);
+        EXPECT_GT(s->usage.spec_accepted_tokens, 20);
+        const SelectionSummary &a = plain->usage.selection, &b = s->usage.selection;
+        EXPECT_EQ(b.steps, a.steps);
+        EXPECT_EQ(b.pages_scored, a.pages_scored);
+        EXPECT_EQ(b.pages_selected, a.pages_selected);
+        EXPECT_EQ(b.kv_bytes_read, a.kv_bytes_read);
+        EXPECT_EQ(b.kv_bytes_dense, a.kv_bytes_dense);
+        EXPECT_LT(b.kv_bytes_read, b.kv_bytes_dense / 2);  // selection did apply
+      }
+      EXPECT_EQ(e->Stats().kv_pages_used, 0);
+    }
+}
+
 TEST(Engine, SpeculativeDecodingKeepsSeedsStopsAndLimits) {
   EngineOptions o = Options();
   auto plain = MakeEngine(o);

@@ -3,7 +3,8 @@
 // KV head) attends. worker/select implements it for every policy; nullptr means dense.
 //
 // Thread safety: Select and OnScores are called concurrently for different KV heads of the
-// same step; implementations keep per-(layer, head) state or lock.
+// same step, and for the rows of a verification; implementations keep per-(layer, head, row)
+// state or lock.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@ struct SelectArgs {
   int64_t n_tokens = 0;                    // tokens in the cache including the current one
   int page_size = 16;
   const PagedKvCache* kv = nullptr;
+  int row = 0;  // a verification's row (SeqInput::decode_rows): its own decode step; else 0
 };
 
 struct ScoresArgs {

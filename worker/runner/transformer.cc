@@ -447,9 +447,12 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
   std::vector<PrefillBlock> blocks;
   std::vector<char> in_block(T, 0);
   // Verified rows (SeqInput::decode_rows): one item per (sequence, KV head) for all its rows.
+  // On a layer where the sequence selects, each row is a decode item of its own instead (body),
+  // selecting and attending as its decode step would.
   std::vector<std::pair<int, int>> verify;
   for (size_t s = 0; s + 1 < row0.size(); ++s) {
     if (!batch[s].decode_rows || batch[s].n <= 1) continue;
+    if (batch[s].selector != nullptr && batch[s].selector->Active(layer)) continue;
     for (int h = 0; h < kv_local_; ++h) verify.emplace_back(static_cast<int>(s), h);
     std::fill(in_block.begin() + row0[s], in_block.begin() + row0[s + 1], 1);
   }
@@ -475,8 +478,10 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
       const int64_t n_tok = pos + 1;  // causal: this token and everything before it
       const int64_t n_pages = (n_tok + ps - 1) / ps;
       const float* q = q_of(it);
-      // Selection applies to decode (one new token) on active layers only; prefill is dense.
-      AttentionSelector* sel = in.n == 1 ? in.selector : nullptr;
+      // Selection applies to decode (one new token, or a verified row) on active layers only;
+      // prefill is dense.
+      const bool decode = in.n == 1 || in.decode_rows;
+      AttentionSelector* sel = decode ? in.selector : nullptr;
       chosen.clear();
       if (sel != nullptr && sel->Active(layer)) {
         SelectArgs a;
@@ -489,12 +494,13 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
         a.n_tokens = n_tok;
         a.page_size = ps;
         a.kv = kv;
+        a.row = in.decode_rows ? t - row0[seq_of_row[t]] : 0;
         sel->Select(a, &chosen);
       } else {
         for (int64_t p = 0; p < n_pages; ++p) chosen.push_back(static_cast<int32_t>(p));
       }
       const bool want_scores = sel != nullptr && sel->NeedsScores(layer);
-      if (in.n == 1 && chosen.size() > kPartPages && !want_scores) {
+      if (decode && chosen.size() > kPartPages && !want_scores) {
         pending[it] = chosen;
         continue;
       }

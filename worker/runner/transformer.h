@@ -50,8 +50,10 @@ struct SeqInput {
   const std::vector<int32_t>* pages = nullptr;  // covers positions [0, start_pos + n)
   bool all_logits = false;          // logits for every new token, else only the last
   // The n > 1 rows are attended as n single-token decode steps would be (the rows speculative
-  // decoding verifies): dense, bit-identical per row to a decode step at that position, the K/V
-  // read once for all rows. Otherwise n > 1 rows are a prefill chunk.
+  // decoding verifies), bit-identical per row to a decode step at that position: densely with
+  // the K/V read once for all rows, or, on layers where the selector is active, row by row, each
+  // selecting its pages (SelectArgs::row) as its own step would. Otherwise n > 1 rows are a
+  // prefill chunk.
   bool decode_rows = false;
   AttentionSelector* selector = nullptr;  // decode token selection; null = dense
 };

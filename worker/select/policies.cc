@@ -21,6 +21,7 @@ class DensePolicy : public Policy {
   DensePolicy(const SelectionSpec& spec, const PolicyContext& ctx) : Policy(spec, ctx) {}
   const char* name() const override { return "dense"; }
   bool Active(int) const override { return false; }
+  bool Stateless() const override { return true; }
   int64_t Choose(const SelectArgs&, int64_t n_pages, std::vector<int32_t>* chosen) override {
     chosen->clear();
     for (int32_t p = 0; p < n_pages; ++p) chosen->push_back(p);
@@ -36,6 +37,7 @@ class QuestPolicy : public Policy {
       : Policy(spec, ctx), sum_(sum) {}
   const char* name() const override { return "quest"; }
   bool reads_metadata() const override { return true; }
+  bool Stateless() const override { return true; }
 
   int64_t Choose(const SelectArgs& a, int64_t n_pages, std::vector<int32_t>* chosen) override {
     AddForced(n_pages, chosen);
@@ -78,6 +80,7 @@ class StreamingPolicy : public Policy {
  public:
   StreamingPolicy(const SelectionSpec& spec, const PolicyContext& ctx) : Policy(spec, ctx) {}
   const char* name() const override { return "streaming"; }
+  bool Stateless() const override { return true; }
   int64_t Choose(const SelectArgs&, int64_t n_pages, std::vector<int32_t>* chosen) override {
     AddForced(n_pages, chosen);
     const int sinks = std::max(1, spec_.sink_pages);
@@ -94,6 +97,7 @@ class OraclePolicy : public Policy {
  public:
   OraclePolicy(const SelectionSpec& spec, const PolicyContext& ctx) : Policy(spec, ctx) {}
   const char* name() const override { return "oracle"; }
+  bool Stateless() const override { return true; }
   int64_t Choose(const SelectArgs& a, int64_t n_pages, std::vector<int32_t>* chosen) override {
     AddForced(n_pages, chosen);
     FillTopK(PageAttentionMass(a, n_pages), n_pages, chosen);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/paths.h"
+#include "common/thread_pool.h"
 #include "gtest/gtest.h"
 #include "worker/model/weight_source.h"
 #include "worker/runner/transformer.h"
@@ -85,6 +86,107 @@ TEST(SelectionInRunner, DenseWhenTheContextFitsAndSparseOtherwise) {
     EXPECT_LT(st.kv_bytes_read, st.kv_bytes_dense) << name;
     EXPECT_EQ(st.pages_selected, 2LL * r.config().n_layers * r.local_kv_heads()) << name;
   }
+}
+
+// A verification (SeqInput::decode_rows) with a selector: each row selects and attends as its
+// own decode step would, bit for bit, with attention split into parts and without; the rows'
+// statistics are the steps'.
+TEST(SelectionInRunner, VerifiedRowsSelectAsTheirOwnDecodeSteps) {
+  auto src = OpenWeightSource(Stories260kPath());
+  ASSERT_TRUE(src.ok());
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 90; ++i) ids.push_back((i * 37 + 11) % 250 + 3);
+  const int ps = 8, prefix = 70, n = static_cast<int>(ids.size());
+  ThreadPool pool(2);
+  for (const char* name : {"quest", "streaming", "oracle"})
+    for (int part_pages : {64, 2}) {
+      SCOPED_TRACE(std::string(name) + " parts of " + std::to_string(part_pages));
+      RunnerOptions ro;
+      ro.attention_part_pages = part_pages;
+      ro.pool = &pool;
+      auto runner = TransformerRunner::Create(**src, ro);
+      ASSERT_TRUE(runner.ok());
+      TransformerRunner& r = **runner;
+      SelectionSpec spec;
+      spec.policy = name;
+      spec.budget = 40;  // 5 pages of 8: more than a part of 2
+      spec.dense_layers = 1;
+      PolicyContext c = MakePolicyContext(r.config(), r.local_kv_heads(), ps, KvDtype::kF16, 1);
+      ASSERT_TRUE(CreatePolicy(spec, c).ok());
+      ASSERT_TRUE((*CreatePolicy(spec, c))->SelectsPerRow());
+      // Decodes ids[prefix, n) one step at a time, or as one verification of all its rows.
+      auto decode = [&](bool as_rows, std::vector<StepStats>* steps) {
+        PagedKvCache kv(r.MakeKvConfig(ps, (n + ps - 1) / ps));
+        std::vector<int32_t> pages;
+        for (int p = 0; p < (n + ps - 1) / ps; ++p) {
+          pages.push_back(p);
+          kv.ResetPage(p);
+        }
+        std::unique_ptr<Policy> pol = *CreatePolicy(spec, c);
+        std::vector<float> logits, all;
+        auto run = [&](int start, int rows, bool decode_rows, bool select) {
+          SeqInput in;
+          in.tokens = &ids[start];
+          in.n = rows;
+          in.start_pos = start;
+          in.pages = &pages;
+          in.all_logits = in.decode_rows = decode_rows;
+          if (select) {
+            pol->BeginStep(start + 1, rows);
+            in.selector = pol.get();
+          }
+          EXPECT_TRUE(r.Forward({in}, &kv, &logits).ok());
+        };
+        run(0, prefix, false, false);
+        if (as_rows) {
+          run(prefix, n - prefix, true, true);
+          for (int row = 0; row < n - prefix; ++row) {
+            pol->EndRow(row);
+            steps->push_back(pol->last_step());
+          }
+          return logits;
+        }
+        for (int t = prefix; t < n; ++t) {
+          run(t, 1, false, true);
+          pol->EndStep();
+          steps->push_back(pol->last_step());
+          all.insert(all.end(), logits.begin(), logits.end());
+        }
+        return all;
+      };
+      std::vector<StepStats> step_stats, row_stats;
+      const std::vector<float> steps = decode(false, &step_stats);
+      const std::vector<float> rows = decode(true, &row_stats);
+      ASSERT_EQ(rows.size(), steps.size());
+      EXPECT_TRUE(rows == steps);
+      ASSERT_EQ(row_stats.size(), step_stats.size());
+      for (size_t i = 0; i < row_stats.size(); ++i) {
+        EXPECT_EQ(row_stats[i].pages_selected, step_stats[i].pages_selected) << i;
+        EXPECT_EQ(row_stats[i].pages_scored, step_stats[i].pages_scored) << i;
+        EXPECT_EQ(row_stats[i].kv_bytes_read, step_stats[i].kv_bytes_read) << i;
+        EXPECT_LT(row_stats[i].pages_selected, row_stats[i].pages_total) << i;
+      }
+    }
+  // Policies whose choice carries state from step to step cannot select per row.
+  for (const char* name : {"random", "h2o", "snapkv"}) {
+    SelectionSpec spec;
+    spec.policy = name;
+    PolicyContext c;
+    c.n_layers = 2;
+    c.n_kv_heads = 1;
+    c.head_dim = 8;
+    c.kv_bytes_per_token_head_layer = 32;
+    EXPECT_FALSE((*CreatePolicy(spec, c))->SelectsPerRow()) << name;
+  }
+  SelectionSpec sampled;
+  sampled.policy = "quest";
+  sampled.oracle_every = 8;
+  PolicyContext c;
+  c.n_layers = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 8;
+  c.kv_bytes_per_token_head_layer = 32;
+  EXPECT_FALSE((*CreatePolicy(sampled, c))->SelectsPerRow());
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ PolicyContext MakePolicyContext(const ModelConfig& model, int local_kv_heads, in
 Policy::Policy(const SelectionSpec& spec, const PolicyContext& ctx)
     : spec_(spec), ctx_(ctx), page_budget_(std::max(1, spec.budget / ctx.page_size)) {
   prev_.resize(static_cast<size_t>(ctx.n_layers) * ctx.n_kv_heads);
+  rows_.resize(1);
 }
 
 bool Policy::Active(int layer) const { return layer >= spec_.dense_layers; }
@@ -34,17 +35,53 @@ bool Policy::NeedsScores(int layer) const { return Active(layer) && WantsScores(
 
 void Policy::OnScores(const ScoresArgs& args) { Scores(args); }
 
-void Policy::BeginStep(int64_t n_tokens) {
+void Policy::BeginStep(int64_t n_tokens, int rows) {
   n_tokens_ = n_tokens;
   oracle_step_ = spec_.oracle_every > 0 && step_index_ % spec_.oracle_every == 0;
-  step_ = StepStats();
   // Dense layers read everything: count them on both sides so ratios cover the whole model.
   int dense = 0;
   for (int l = 0; l < ctx_.n_layers; ++l) dense += Active(l) ? 0 : 1;
-  const int64_t bytes = static_cast<int64_t>(dense) * ctx_.n_kv_heads * n_tokens *
-                        ctx_.kv_bytes_per_token_head_layer;
-  step_.kv_bytes_read += bytes;
-  step_.kv_bytes_dense += bytes;
+  rows_.assign(static_cast<size_t>(std::max(1, rows)), StepStats());
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    const int64_t bytes = static_cast<int64_t>(dense) * ctx_.n_kv_heads *
+                          (n_tokens + static_cast<int64_t>(r)) * ctx_.kv_bytes_per_token_head_layer;
+    rows_[r].kv_bytes_read += bytes;
+    rows_[r].kv_bytes_dense += bytes;
+  }
+  if (rows > 1) row_chosen_.assign(rows, std::vector<std::vector<int32_t>>(prev_.size()));
+}
+
+bool Policy::SelectsPerRow() const {
+  for (int l = 0; l < ctx_.n_layers; ++l)
+    if (NeedsScores(l)) return false;
+  return Stateless() && spec_.oracle_every == 0;
+}
+
+bool Policy::Saves(int64_t n_pages, int head_dim) const {
+  // Scoring pages through their boxes reads 2 * head_dim fp16 per page (against page_size
+  // tokens of K+V each): selection pays only when the context exceeds the budget by more than
+  // the boxes cost.
+  if (!reads_metadata()) return true;
+  const int64_t tok_bytes = ctx_.kv_bytes_per_token_head_layer;
+  const int64_t box_bytes = 2LL * head_dim * static_cast<int64_t>(sizeof(fp16_t));
+  return (page_budget_ * ctx_.page_size) * tok_bytes + n_pages * box_bytes <
+         n_pages * ctx_.page_size * tok_bytes;
+}
+
+double Policy::AttendedTokens(int64_t n_tokens) const {
+  const int64_t n_pages = (n_tokens + ctx_.page_size - 1) / ctx_.page_size;
+  const bool selects = n_pages > page_budget_ && Saves(n_pages, ctx_.head_dim);
+  const double boxes = reads_metadata() ? static_cast<double>(n_pages) * 2 * ctx_.head_dim *
+                                              sizeof(fp16_t) / ctx_.kv_bytes_per_token_head_layer
+                                        : 0.0;
+  double sum = 0;
+  for (int l = 0; l < ctx_.n_layers; ++l) {
+    sum +=
+        Active(l) && selects
+            ? std::min<double>(static_cast<double>(n_tokens), page_budget_ * ctx_.page_size) + boxes
+            : static_cast<double>(n_tokens);
+  }
+  return ctx_.n_layers > 0 ? sum / ctx_.n_layers : static_cast<double>(n_tokens);
 }
 
 bool Policy::DenseAt(int64_t n_tokens) const {
@@ -77,10 +114,15 @@ void Policy::RecordStep(const StepStats& step) {
   ++step_index_;
 }
 
-void Policy::EndStep() {
+void Policy::EndRow(int row) {
   std::lock_guard<std::mutex> lock(mu_);
+  step_ = rows_[row];
   stats_.Add(step_);
   ++step_index_;
+  if (rows_.size() > 1) {  // a verification: the row's choices are what the next step follows
+    for (size_t k = 0; k < prev_.size(); ++k)
+      if (!row_chosen_[row][k].empty()) prev_[k] = row_chosen_[row][k];
+  }
 }
 
 int Policy::AddForced(int64_t n_pages, std::vector<int32_t>* chosen) const {
@@ -124,15 +166,9 @@ void Policy::Select(const SelectArgs& a, std::vector<int32_t>* chosen) {
   Stopwatch sw;
   const int64_t n_pages = (a.n_tokens + a.page_size - 1) / a.page_size;
   const int64_t tok_bytes = ctx_.kv_bytes_per_token_head_layer;
-  StepStats local;
-  // Scoring pages through their boxes reads 2 * head_dim fp16 per page (against page_size
-  // tokens of K+V, tok_bytes each): selection pays only when the context exceeds the budget by
-  // more than the boxes cost.
   const int64_t box_bytes = 2LL * a.head_dim * static_cast<int64_t>(sizeof(fp16_t));
-  const bool saves = !reads_metadata() || (page_budget_ * a.page_size) * tok_bytes +
-                                                  n_pages * box_bytes <
-                                              n_pages * a.page_size * tok_bytes;
-  if (n_pages <= page_budget_ || !saves) {
+  StepStats local;
+  if (n_pages <= page_budget_ || !Saves(n_pages, a.head_dim)) {
     // The context fits the budget (or selecting would read more than dense): dense, and
     // bit-identical to dense.
     chosen->clear();
@@ -149,8 +185,10 @@ void Policy::Select(const SelectArgs& a, std::vector<int32_t>* chosen) {
   local.kv_bytes_read = tokens * tok_bytes;
   if (reads_metadata())
     local.kv_bytes_read += local.pages_scored * box_bytes;
-  // Reuse against the previous step of this (layer, head).
-  std::vector<int32_t>& prev = prev_[static_cast<size_t>(a.layer) * ctx_.n_kv_heads + a.kv_head];
+  // Reuse against the previous step of this (layer, head); a verification's rows all compare
+  // with the step before it (they run at once).
+  const size_t key = static_cast<size_t>(a.layer) * ctx_.n_kv_heads + a.kv_head;
+  std::vector<int32_t>& prev = prev_[key];
   if (!prev.empty()) {
     std::vector<int32_t> inter;
     std::set_intersection(chosen->begin(), chosen->end(), prev.begin(), prev.end(),
@@ -158,18 +196,23 @@ void Policy::Select(const SelectArgs& a, std::vector<int32_t>* chosen) {
     local.reuse_hits = static_cast<int64_t>(inter.size());
     local.reuse_total = static_cast<int64_t>(chosen->size());
   }
-  prev = *chosen;
+  if (rows_.size() > 1) {
+    row_chosen_[a.row][key] = *chosen;
+  } else {
+    prev = *chosen;
+  }
   local.select_seconds = sw.Seconds();
   if (oracle_step_ && n_pages > page_budget_) OracleCompare(a, n_pages, *chosen);
   std::lock_guard<std::mutex> lock(mu_);
-  step_.pages_scored += local.pages_scored;
-  step_.pages_selected += local.pages_selected;
-  step_.pages_total += local.pages_total;
-  step_.kv_bytes_read += local.kv_bytes_read;
-  step_.kv_bytes_dense += local.kv_bytes_dense;
-  step_.select_seconds += local.select_seconds;
-  step_.reuse_hits += local.reuse_hits;
-  step_.reuse_total += local.reuse_total;
+  StepStats& step = rows_[a.row];
+  step.pages_scored += local.pages_scored;
+  step.pages_selected += local.pages_selected;
+  step.pages_total += local.pages_total;
+  step.kv_bytes_read += local.kv_bytes_read;
+  step.kv_bytes_dense += local.kv_bytes_dense;
+  step.select_seconds += local.select_seconds;
+  step.reuse_hits += local.reuse_hits;
+  step.reuse_total += local.reuse_total;
 }
 
 // Dense attention mass of each page for the query group (mean over the group's heads).
@@ -210,9 +253,10 @@ void Policy::OracleCompare(const SelectArgs& a, int64_t n_pages,
   double recall = 0;
   for (int32_t p : chosen) recall += mass[p];
   std::lock_guard<std::mutex> lock(mu_);
-  step_.oracle_samples += 1;
-  step_.hit_rate_sum += k ? static_cast<double>(inter.size()) / k : 1.0;
-  step_.mass_recall_sum += recall;
+  StepStats& step = rows_[a.row];
+  step.oracle_samples += 1;
+  step.hit_rate_sum += k ? static_cast<double>(inter.size()) / k : 1.0;
+  step.mass_recall_sum += recall;
 }
 
 }  // namespace tinyserve

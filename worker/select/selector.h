@@ -54,9 +54,20 @@ class Policy : public AttentionSelector {
   virtual const char* name() const = 0;
   virtual bool evicts() const { return false; }
 
-  // Called by the engine around each decode step of the sequence.
-  void BeginStep(int64_t n_tokens);
-  void EndStep();
+  // Called by the engine around each decode step of the sequence. rows > 1: a verification of
+  // speculative tokens at n_tokens, n_tokens + 1, ... (SelectArgs::row), each row selecting as
+  // its own decode step would (SelectsPerRow held); the engine then records each row it emits
+  // with EndRow(row), in order, instead of EndStep.
+  void BeginStep(int64_t n_tokens, int rows = 1);
+  void EndStep() { EndRow(0); }
+  void EndRow(int row);
+  // True when a decode step's choice depends only on its query, n_tokens and the KV cache (no
+  // state carried between steps, no attention scores, no oracle sampling), so the rows of a
+  // verification can each select as their own decode step would.
+  bool SelectsPerRow() const;
+  // Tokens a decode step over n_tokens attends per layer, on average over the layers (page boxes
+  // scored counted at their bytes): the step's attention cost in tokens.
+  double AttendedTokens(int64_t n_tokens) const;
   // For runners that select on the device (worker/runner/cuda_runner.h) instead of calling
   // Select: records one decode step measured there, as BeginStep + Select + EndStep would.
   void RecordStep(const StepStats& step);
@@ -95,6 +106,8 @@ class Policy : public AttentionSelector {
   virtual bool reads_metadata() const { return false; }
   // Whether Choose needs the scores of layer's attention (h2o).
   virtual bool WantsScores(int /*layer*/) const { return false; }
+  // True when Choose keeps no state between calls (its choice is a function of its arguments).
+  virtual bool Stateless() const { return false; }
   virtual void Scores(const ScoresArgs& /*args*/) {}
 
   int page_budget() const { return page_budget_; }
@@ -116,10 +129,17 @@ class Policy : public AttentionSelector {
   int64_t step_index_ = 0;
   int64_t n_tokens_ = 0;
   bool oracle_step_ = false;
-  std::mutex mu_;  // guards stats_, step_, prev_ (Select runs in parallel over heads)
+  // Whether selecting would read fewer bytes than attending densely (boxes cost bytes too).
+  bool Saves(int64_t n_pages, int head_dim) const;
+
+  std::mutex mu_;  // guards stats_, step_, rows_ (Select runs in parallel over heads and rows)
   SelectionStats stats_;
   StepStats step_;
+  std::vector<StepStats> rows_;             // the current step's rows
   std::vector<std::vector<int32_t>> prev_;  // [layer * heads + head] pages chosen last step
+  // A verification's choices, [row][layer * heads + head]: reuse is measured against the step
+  // before it, and the last emitted row's choice becomes prev_.
+  std::vector<std::vector<std::vector<int32_t>>> row_chosen_;
 };
 
 // Quest's page score for one query head: sum_d max(q_d * kmin_d, q_d * kmax_d), the largest
