@@ -30,6 +30,7 @@ void UpstreamAttempt::Start(const v1::GenerateRequest& request,
   request_ = request;
   if (deadline != std::chrono::system_clock::time_point::max()) context_.set_deadline(deadline);
   worker_->Prepare(&context_);
+  AttachTraceContext(call_->trace(), &context_);
   worker_->api().async()->Generate(&context_, &request_, this);
   StartRead(&response_);
   StartCall();
@@ -48,7 +49,11 @@ void UpstreamAttempt::OnDone(const grpc::Status& status) {
 
 ProxyCall::ProxyCall(RouterCore* core, grpc::CallbackServerContext* context,
                      const grpc::ByteBuffer& buffer)
-    : core_(core), context_(context), arrival_(NowSeconds()) {
+    : core_(core),
+      context_(context),
+      arrival_(NowSeconds()),
+      span_(Span::Start(core->tracer, "tinyserve.router.generate", Span::kServer,
+                        TraceContextOf(*context))) {
   if (grpc::Status s = CheckApiKey(*context, core_->api_key); !s.ok()) {
     End(s);
     return;
@@ -242,6 +247,15 @@ void ProxyCall::End(const grpc::Status& status) {
   }
   series->outcomes[static_cast<int>(OutcomeOf(status))]->Increment();
   core_->metrics->latency().Observe(NowSeconds() - arrival_);
+  if (span_->recording()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    span_->Set("gen_ai.request.id", request_.request_id());
+    span_->Set("tinyserve.attempts", static_cast<int64_t>(tried_.size()));
+    if (last_worker_ != nullptr) span_->Set("tinyserve.worker", last_worker_->address());
+    span_->Set("rpc.grpc.status_code", static_cast<int64_t>(status.error_code()));
+    if (!status.ok()) span_->SetError(status.error_message());
+  }
+  span_->End();
   if (release) core_->admission->Release();
   if (add_error) {
     v1::GenerateResponse error;

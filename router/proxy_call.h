@@ -30,6 +30,7 @@
 #include "router/router_core.h"
 #include "tinyserve/v1/tinyserve.grpc.pb.h"
 #include "worker/server/queued_stream.h"
+#include "worker/server/tracing.h"
 
 namespace tinyserve {
 
@@ -65,6 +66,8 @@ class ProxyCall final : public QueuedStreamReactor {
   // From the upstream attempt's reactor threads.
   void OnUpstreamMessage(const tinyserve::v1::GenerateResponse& response);
   void OnUpstreamDone(UpstreamAttempt* attempt, const grpc::Status& status);
+  // The trace context an attempt continues (this call's span, or the client's passed on).
+  const TraceContext& trace() const { return span_->context(); }
 
  private:
   void Admitted();  // holds an admission slot now
@@ -79,6 +82,7 @@ class ProxyCall final : public QueuedStreamReactor {
   tinyserve::v1::GenerateRequest request_;
   std::vector<uint64_t> blocks_;
   double arrival_;
+  std::unique_ptr<Span> span_;  // "tinyserve.router.generate"; ended in End
 
   std::mutex mu_;
   std::shared_ptr<UpstreamAttempt> attempt_;  // GUARDED_BY(mu_)

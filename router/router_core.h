@@ -14,6 +14,8 @@
 
 namespace tinyserve {
 
+class Tracer;
+
 struct RouterCore {
   RouterMetrics* metrics = nullptr;
   WorkerRegistry* registry = nullptr;
@@ -22,6 +24,7 @@ struct RouterCore {
   int max_attempts = 3;  // 1 + retries on other workers before the first token
   std::string version;
   std::string api_key;  // non-empty: every call needs "authorization: Bearer <key>"
+  Tracer* tracer = nullptr;  // OpenTelemetry spans (worker/server/tracing.h); null: off
   double start_time = 0;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_id{1};

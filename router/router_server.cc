@@ -33,7 +33,13 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   registry.credentials = *worker_credentials;
   registry.tls_server_name = options.worker_tls.server_name;
   registry.api_key = options.api_key;
+  TracerOptions tracing = options.tracing;
+  if (tracing.service_name.empty()) tracing.service_name = "tinyserve-router";
+  tracing.service_version = TINYSERVE_VERSION;
+  absl::StatusOr<std::unique_ptr<Tracer>> tracer = Tracer::Create(tracing);
+  if (!tracer.ok()) return tracer.status();
   std::unique_ptr<RouterServer> r(new RouterServer(options));
+  r->tracer_ = *std::move(tracer);
   r->metrics_ = std::make_unique<RouterMetrics>(TINYSERVE_VERSION,
                                                 RoutingPolicyName(options.routing.kind));
   r->registry_ = std::make_unique<WorkerRegistry>(registry, r->metrics_.get());
@@ -47,6 +53,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   r->core_.max_attempts = options.max_attempts;
   r->core_.version = TINYSERVE_VERSION;
   r->core_.api_key = options.api_key;
+  r->core_.tracer = r->tracer_.get();
   r->core_.start_time = NowSeconds();
   r->service_ = std::make_unique<RouterService>(&r->core_);
 

@@ -19,6 +19,7 @@
 #include "router/router_service.h"
 #include "worker/server/http_frontend.h"
 #include "worker/server/rpc_security.h"
+#include "worker/server/tracing.h"
 
 namespace tinyserve {
 
@@ -33,6 +34,7 @@ struct RouterServerOptions {
   ServerTls tls;            // the router's gRPC over TLS (mutual with tls.client_ca_file)
   ClientTls worker_tls;     // how workers are dialled (enabled: TLS)
   int health_port = 0;      // plaintext grpc.health.v1 only (probes); 0 = off
+  TracerOptions tracing;    // OpenTelemetry spans; endpoint empty = off
   RegistryOptions registry;
   RoutingOptions routing;
   int max_inflight = 256;
@@ -58,6 +60,7 @@ class RouterServer {
   void SetReady(bool ready);
 
   RouterServerOptions options_;
+  std::unique_ptr<Tracer> tracer_;  // outlives the servers (their calls end spans)
   std::unique_ptr<RouterMetrics> metrics_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<RoutingPolicy> policy_;

@@ -28,6 +28,7 @@ int RunRouterCommand(const std::vector<std::string>& args) {
             "(0: off)");
   flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
   RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port);
+  RegisterTracingFlags(&flags, &o.tracing);
   flags.String("worker-tls-ca", &o.worker_tls.ca_file,
                "dial workers over TLS, verifying them with this PEM CA bundle");
   flags.String("worker-tls-cert", &o.worker_tls.cert_file,

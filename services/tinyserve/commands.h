@@ -20,6 +20,7 @@ namespace tinyserve {
 
 class FlagSet;
 struct ServerTls;
+struct TracerOptions;
 
 int RunWorkerCommand(const std::vector<std::string>& args);
 int RunRouterCommand(const std::vector<std::string>& args);
@@ -31,6 +32,8 @@ int RunGenerateClient(const std::vector<std::string>& args);
 // and --health-port: what the worker and router commands share (server_flags.cc).
 void RegisterServerSecurityFlags(FlagSet* flags, std::string* api_key, ServerTls* tls,
                                  int* health_port);
+// --otlp-traces-endpoint, --trace-sample-ratio, --trace-service-name (OpenTelemetry).
+void RegisterTracingFlags(FlagSet* flags, TracerOptions* tracing);
 
 // One streamed generation against a TinyServe server (router or worker).
 struct GenerateClientOptions {

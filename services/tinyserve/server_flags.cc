@@ -1,9 +1,11 @@
-// Flags the worker and router commands share: the API key, TLS and the plaintext health port.
+// Flags the worker and router commands share: the API key, TLS, the plaintext health port and
+// OpenTelemetry tracing.
 #include <cstdlib>
 
 #include "common/flags.h"
 #include "services/tinyserve/commands.h"
 #include "worker/server/rpc_security.h"
+#include "worker/server/tracing.h"
 
 namespace tinyserve {
 
@@ -22,6 +24,21 @@ void RegisterServerSecurityFlags(FlagSet* f, std::string* api_key, ServerTls* tl
   f->Int("health-port", health_port,
          "plaintext gRPC port serving grpc.health.v1 only, for probes that cannot speak TLS "
          "(0: off)");
+}
+
+void RegisterTracingFlags(FlagSet* f, TracerOptions* tracing) {
+  // The OpenTelemetry SDKs' environment variables are the defaults.
+  if (const char* e = std::getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) tracing->endpoint = e;
+  if (const char* e = std::getenv("OTEL_SERVICE_NAME")) tracing->service_name = e;
+  f->String("otlp-traces-endpoint", &tracing->endpoint,
+            "export OpenTelemetry spans over OTLP/HTTP JSON to this URL, e.g. "
+            "http://localhost:4318/v1/traces (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; "
+            "empty: off)");
+  f->Double("trace-sample-ratio", &tracing->sample_ratio,
+            "fraction of new traces recorded (a caller's traceparent decision is followed)");
+  f->String("trace-service-name", &tracing->service_name,
+            "service.name of the spans (default: $OTEL_SERVICE_NAME, else tinyserve-worker or "
+            "tinyserve-router)");
 }
 
 }  // namespace tinyserve

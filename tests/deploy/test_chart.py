@@ -175,6 +175,14 @@ def semantic_checks(name, docs, values):
     else:
         check(not tls_args, f"{name}: no TLS flags without tls.secretName: {tls_args}")
 
+    # Tracing: both processes get the endpoint and ratio, or neither has a tracing flag.
+    tr = values["tracing"]
+    for c in (wc, rc):
+        got = [a for a in c["args"] if a.startswith(("--otlp", "--trace"))]
+        want = ([f"--otlp-traces-endpoint={tr['otlpEndpoint']}",
+                 f"--trace-sample-ratio={tr['sampleRatio']}"] if tr["otlpEndpoint"] else [])
+        check(got == want, f"{name}: {c['name']} tracing args {got} != {want}")
+
     # Drain: grace >= preStop sleep + drain timeout.
     pod = sts["spec"]["template"]["spec"]
     pre = wc["lifecycle"]["preStop"]
@@ -265,10 +273,12 @@ def check_case(renderer, repo, chart, schema, name, files):
 def negative_cases(renderer, chart, schema, work):
     bad = work / "bad-values.yaml"
     # Schema: TP size 0 and an unknown policy are refused.
-    bad.write_text("worker:\n  tensorParallelSize: 0\n  policy: magic\n")
+    bad.write_text("worker:\n  tensorParallelSize: 0\n  policy: magic\n"
+                   "tracing:\n  otlpEndpoint: grpc://collector:4317\n")
     values = json.loads(render(renderer, chart, [bad], show_values=True).stdout)
     errs = list(jsonschema.Draft7Validator(schema).iter_errors(values))
-    check(len(errs) == 2, f"schema should reject tensorParallelSize=0 and policy=magic, got {len(errs)} errors")
+    check(len(errs) == 3, "schema should reject tensorParallelSize=0, policy=magic and a "
+          f"non-http tracing endpoint, got {len(errs)} errors")
     # Template: a grace period shorter than preStop + drain does not render.
     bad.write_text("worker:\n  terminationGracePeriodSeconds: 30\n  drainTimeoutSeconds: 60\n")
     res = render(renderer, chart, [bad])

@@ -47,7 +47,9 @@ double EngineDeadline(const grpc::CallbackServerContext& context) {
 
 GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer& buffer)
-    : state_(state) {
+    : state_(state),
+      span_(Span::Start(state->tracer, "tinyserve.worker.generate", Span::kServer,
+                        TraceContextOf(*context))) {
   if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
     Reject(s);
     return;
@@ -77,6 +79,13 @@ GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext
   req.request_id = request_id_;
   req.deadline = EngineDeadline(*context);
   want_logprobs_ = req.sampling.logprobs >= 0;
+  if (span_->recording()) {  // the attributes vLLM's spans carry (OpenTelemetry gen_ai.*)
+    span_->Set("gen_ai.request.id", request_id_);
+    span_->Set("gen_ai.request.max_tokens", static_cast<int64_t>(req.sampling.max_tokens));
+    span_->Set("gen_ai.request.temperature", static_cast<double>(req.sampling.temperature));
+    span_->Set("gen_ai.request.top_p", static_cast<double>(req.sampling.top_p));
+    span_->Set("gen_ai.request.priority", static_cast<int64_t>(req.priority));
+  }
   if (req.deadline > 0 && req.deadline <= NowSeconds()) {
     Reject(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline already passed"));
     return;
@@ -109,6 +118,9 @@ void GenerateReactor::Reject(const grpc::Status& status) {
   }
   TS_LOG(DEBUG) << "Generate rejected: " << StatusCodeName(status.error_code()) << ": "
                 << status.error_message();
+  span_->Set("rpc.grpc.status_code", static_cast<int64_t>(status.error_code()));
+  span_->SetError(status.error_message());
+  span_->End();
   Close(status);
 }
 
@@ -167,6 +179,28 @@ void GenerateReactor::OnEngineFinish(FinishReason reason, const RequestUsage& us
       final_status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
     }
   }
+  if (span_->recording()) {
+    span_->Set("gen_ai.response.finish_reasons", FinishReasonName(reason));
+    span_->Set("gen_ai.usage.input_tokens", static_cast<int64_t>(usage.prompt_tokens));
+    span_->Set("gen_ai.usage.output_tokens", static_cast<int64_t>(usage.generated_tokens));
+    span_->Set("gen_ai.latency.time_in_queue", usage.queue_seconds);
+    span_->Set("gen_ai.latency.time_to_first_token", usage.ttft_seconds);
+    span_->Set("gen_ai.latency.time_in_model_prefill", usage.prefill_seconds);
+    span_->Set("gen_ai.latency.time_in_model_decode", usage.decode_seconds);
+    span_->Set("gen_ai.latency.e2e", usage.e2e_seconds);
+    span_->Set("tinyserve.cached_tokens", static_cast<int64_t>(usage.cached_tokens));
+    span_->Set("tinyserve.preemptions", static_cast<int64_t>(usage.preemptions));
+    span_->Set("tinyserve.spec_accepted_tokens", static_cast<int64_t>(usage.spec_accepted_tokens));
+    const SelectionSummary& sel = usage.selection;
+    if (!sel.policy.empty()) {
+      span_->Set("tinyserve.selection.policy", sel.policy);
+      span_->Set("tinyserve.selection.kv_bytes_read", sel.kv_bytes_read);
+      span_->Set("tinyserve.selection.kv_bytes_dense", sel.kv_bytes_dense);
+    }
+    span_->Set("rpc.grpc.status_code", static_cast<int64_t>(final_status.error_code()));
+    if (!final_status.ok()) span_->SetError(final_status.error_message());
+  }
+  span_->End();
   Enqueue(ToByteBuffer(response));
   Close(final_status);  // last touch of `this`
 }

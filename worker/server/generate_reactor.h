@@ -9,10 +9,12 @@
 // The engine's sink points at the reactor only until OnFinish, which is the sink's last call.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "grpcpp/grpcpp.h"
 #include "worker/server/queued_stream.h"
+#include "worker/server/tracing.h"
 #include "worker/server/worker_service.h"
 
 namespace tinyserve {
@@ -34,6 +36,7 @@ class GenerateReactor final : public QueuedStreamReactor {
   std::string request_id_;
   std::atomic<bool> submitted_{false};
   bool want_logprobs_ = false;
+  std::unique_ptr<Span> span_;  // "tinyserve.worker.generate", under the caller's traceparent
 };
 
 }  // namespace tinyserve

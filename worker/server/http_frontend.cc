@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "prometheus/text_serializer.h"
 #include "worker/server/rpc_security.h"
+#include "worker/server/tracing.h"
 
 namespace tinyserve {
 namespace {
@@ -35,11 +36,12 @@ class CallGroup {
   };
 
   CallGroup(v1::TinyServe::Stub* stub, const std::vector<v1::GenerateRequest>& requests,
-            const std::string& api_key)
+            const std::string& api_key, const TraceContext& trace)
       : remaining_(static_cast<int>(requests.size())) {
     for (size_t i = 0; i < requests.size(); ++i) {
       calls_.push_back(std::make_unique<Call>(this, static_cast<int>(i), requests[i]));
       AttachApiKey(api_key, &calls_.back()->context);
+      AttachTraceContext(trace, &calls_.back()->context);  // the client's traceparent, if any
     }
     for (auto& call : calls_) call->Start(stub);
   }
@@ -334,7 +336,9 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
 
   bool headers_sent = false, client_gone = false;
   std::optional<grpc::Status> failure;
-  CallGroup group(stub_.get(), parsed->calls, options_.api_key);
+  const char* traceparent = mg_get_header(conn, "traceparent");
+  CallGroup group(stub_.get(), parsed->calls, options_.api_key,
+                  TraceContext::Parse(traceparent != nullptr ? traceparent : ""));
   CallGroup::Event e;
   while (group.Next(&e)) {
     std::string out;

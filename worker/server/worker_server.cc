@@ -25,7 +25,13 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();
+  TracerOptions tracing = options.tracing;
+  if (tracing.service_name.empty()) tracing.service_name = "tinyserve-worker";
+  tracing.service_version = TINYSERVE_VERSION;
+  absl::StatusOr<std::unique_ptr<Tracer>> tracer = Tracer::Create(tracing);
+  if (!tracer.ok()) return tracer.status();
   std::unique_ptr<WorkerServer> w(new WorkerServer(options));
+  w->tracer_ = *std::move(tracer);
   Stopwatch load_time;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options.engine);
   if (!engine.ok()) return engine.status();
@@ -53,6 +59,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   w->state_.model_path = options.engine.model_path;
   w->state_.version = TINYSERVE_VERSION;
   w->state_.api_key = options.api_key;
+  w->state_.tracer = w->tracer_.get();
   w->state_.start_time = NowSeconds();
   w->api_service_ = std::make_unique<TinyServeService>(&w->state_);
   w->control_service_ = std::make_unique<WorkerControlService>(&w->state_);

@@ -28,6 +28,7 @@
 #include "worker/engine/engine.h"
 #include "worker/server/http_frontend.h"
 #include "worker/server/rpc_security.h"
+#include "worker/server/tracing.h"
 #include "worker/server/worker_metrics.h"
 #include "worker/server/worker_service.h"
 
@@ -46,6 +47,7 @@ struct WorkerServerOptions {
   std::string api_key;                    // non-empty: gRPC and HTTP calls need this bearer token
   ServerTls tls;                          // gRPC over TLS (mutual with tls.client_ca_file)
   int health_port = 0;                    // plaintext grpc.health.v1 only (probes); 0 = off
+  TracerOptions tracing;                  // OpenTelemetry spans; endpoint empty = off
   bool probe_at_start = true;             // run Engine::HealthProbe before turning ready
 };
 
@@ -70,6 +72,7 @@ class WorkerServer {
   void SetReady(bool ready);
 
   WorkerServerOptions options_;
+  std::unique_ptr<Tracer> tracer_;  // outlives the servers (their calls end spans)
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<WorkerMetrics> metrics_;
   WorkerState state_;

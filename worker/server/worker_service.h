@@ -25,6 +25,8 @@
 
 namespace tinyserve {
 
+class Tracer;
+
 // State shared by the services and the server that owns them. Owned by WorkerServer.
 struct WorkerState {
   Engine* engine = nullptr;
@@ -32,6 +34,7 @@ struct WorkerState {
   std::string model_path;
   std::string version;
   std::string api_key;          // non-empty: every call needs "authorization: Bearer <key>"
+  Tracer* tracer = nullptr;     // OpenTelemetry spans (tracing.h); null: off
   double start_time = 0;        // NowSeconds() at start
   std::atomic<bool> ready{false};
   std::atomic<bool> draining{false};

@@ -112,6 +112,14 @@ grpc:
   readOnly: true
 {{- end }}
 
+{{/* Tracing flags, the same for router and workers. */}}
+{{- define "tinyserve.tracingArgs" -}}
+{{- if .Values.tracing.otlpEndpoint }}
+- --otlp-traces-endpoint={{ .Values.tracing.otlpEndpoint }}
+- --trace-sample-ratio={{ .Values.tracing.sampleRatio }}
+{{- end }}
+{{- end }}
+
 {{/* Refuse to render values that cannot drain cleanly or make no sense together. */}}
 {{- define "tinyserve.validate" -}}
 {{- $w := .Values.worker -}}
