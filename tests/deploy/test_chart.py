@@ -175,6 +175,26 @@ def semantic_checks(name, docs, values):
     else:
         check(not tls_args, f"{name}: no TLS flags without tls.secretName: {tls_args}")
 
+    # Autoscaling: an HPA on the StatefulSet, which then leaves its replicas to it.
+    auto = w["autoscaling"]
+    hpas = by_kind.get("HorizontalPodAutoscaler", [])
+    if auto["enabled"]:
+        if check(len(hpas) == 1, f"{name}: one worker HPA"):
+            spec = hpas[0]["spec"]
+            ref = spec["scaleTargetRef"]
+            check(ref["kind"] == "StatefulSet" and ref["name"] == sts["metadata"]["name"],
+                  f"{name}: HPA targets the worker StatefulSet: {ref}")
+            check((spec["minReplicas"], spec["maxReplicas"]) ==
+                  (auto["minReplicas"], auto["maxReplicas"]), f"{name}: HPA bounds")
+            m = spec["metrics"][0]
+            check(m["type"] == "Pods" and m["pods"]["metric"]["name"] == auto["metric"] and
+                  m["pods"]["target"]["averageValue"] == str(auto["targetAverageValue"]),
+                  f"{name}: HPA metric {m}")
+        check("replicas" not in sts["spec"], f"{name}: no replicas on an autoscaled StatefulSet")
+    else:
+        check(not hpas, f"{name}: no HPA unless worker.autoscaling.enabled")
+        check(sts["spec"].get("replicas") == w["replicas"], f"{name}: worker replicas")
+
     # Tracing: both processes get the endpoint and ratio, or neither has a tracing flag.
     tr = values["tracing"]
     for c in (wc, rc):
@@ -284,6 +304,12 @@ def negative_cases(renderer, chart, schema, work):
     res = render(renderer, chart, [bad])
     check(res.returncode != 0 and "terminationGracePeriodSeconds" in res.stderr,
           f"short grace period must fail to render: rc={res.returncode} {res.stderr}")
+    # Autoscaling bounds the wrong way round do not render.
+    res = render(renderer, chart, [], extra=["--set", "worker.autoscaling.enabled=true", "--set",
+                                             "worker.autoscaling.minReplicas=5", "--set",
+                                             "worker.autoscaling.maxReplicas=2"])
+    check(res.returncode != 0 and "minReplicas" in res.stderr,
+          f"minReplicas > maxReplicas must fail to render: rc={res.returncode} {res.stderr}")
     # source=pvc needs a claim; with one, the claim is mounted and no init container runs.
     res = render(renderer, chart, [], extra=["--set", "model.source=pvc"])
     check(res.returncode != 0 and "existingClaim" in res.stderr, "model.source=pvc without a claim must fail")
@@ -312,6 +338,12 @@ def repo_consistency(repo):
     check({"router", "worker-0", "worker-1"} <= targets, f"prometheus.yml targets {targets} match compose")
     for f in (repo / "deploy/grafana/provisioning").rglob("*.yaml"):
         yaml.safe_load(f.read_text())
+    # The adapter rule serves the metric the chart's HPA asks for by default.
+    adapter = yaml.safe_load((repo / "deploy/prometheus/adapter-rules.yaml").read_text())
+    default_metric = yaml.safe_load((repo / "helm/tinyserve/values.yaml").read_text())[
+        "worker"]["autoscaling"]["metric"]
+    check([r["name"]["as"] for r in adapter["rules"]["custom"]] == [default_metric],
+          f"deploy/prometheus/adapter-rules.yaml serves {default_metric}")
 
 
 def main():
