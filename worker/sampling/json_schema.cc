@@ -189,6 +189,13 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
       node.max_items = *hi;
     } else if (type == "string") {
       node.kind = SchemaNode::Kind::kString;
+      auto lo = Count(s, "minLength", path, 0);
+      auto hi = Count(s, "maxLength", path, INT_MAX);
+      if (!lo.ok()) return lo.status();
+      if (!hi.ok()) return hi.status();
+      if (*lo > *hi) return Bad(path, "minLength is over maxLength");
+      node.min_items = *lo;
+      node.max_items = *hi;
     } else if (type == "number" || type == "integer") {
       node.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
     } else if (type == "boolean") {
@@ -400,9 +407,14 @@ bool SchemaRecognizer::Byte(unsigned char c) {
     case SchemaNode::Kind::kString:
       switch (f.phase) {
         case kBody:
-          if (c == '"') return EndValue();
+          if (c == '"') return f.index >= static_cast<uint32_t>(n.min_items) && EndValue();
+          if (c < 0x20) return false;
+          if ((c & 0xC0) != 0x80) {  // a character starts (an escape sequence is one)
+            if (f.index >= static_cast<uint32_t>(n.max_items)) return false;
+            ++f.index;
+          }
           if (c == '\\') f.phase = kEscape;
-          return c >= 0x20;
+          return true;
         case kEscape:
           if (c == 'u') {
             f.phase = kUnicode;

@@ -4,7 +4,8 @@
 //
 // Supported, as OpenAI's strict mode: "type" object (with "properties": every property is
 // written, in the schema's order; "required" and "additionalProperties" are read as strict),
-// array ("items", "minItems", "maxItems"), string, number, integer, boolean, null; "enum" and
+// array ("items", "minItems", "maxItems"), string ("minLength", "maxLength": characters, an
+// escape sequence counting as one), number, integer, boolean, null; "enum" and
 // "const" of scalars; a schema without "type" accepts any JSON value.
 // Also what Pydantic and zod emit for nested and optional fields:
 //   - "$ref" to a local JSON pointer ("#/$defs/Address", "#/definitions/X", "#"), recursion
@@ -49,7 +50,7 @@ struct SchemaNode {
   std::vector<int> children;      // kObject: the node of each key; kArray: {items};
                                   // kAnyOf: the alternatives
   std::array<uint64_t, 4> first{};  // the bytes a value of this node can start with
-  int min_items = 0;              // kArray
+  int min_items = 0;                // kArray: items; kString: characters (minLength, maxLength)
   int max_items = INT_MAX;
   std::vector<std::string> literals;  // kLiterals: the JSON texts allowed (enum, const, bool, null)
 };

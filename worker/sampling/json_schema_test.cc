@@ -205,6 +205,44 @@ TEST(JsonSchema, RefsAndAlternativesPickedByTheFirstByte) {
   EXPECT_FALSE(Check(*list, "[\"a\"").first);
 }
 
+TEST(JsonSchema, StringLengthsInCharacters) {
+  auto schema = MustCompile(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  for (const char* ok : {"\"ab\"", "\"abc\"", "\"\u00e9\u00e9\u00e9\"", "\"\xc3\xa9\xc3\xa9\"",
+                         "\"a\\n\"", "\"\\u00e9\\\"x\""}) {
+    EXPECT_EQ(Check(*schema, ok), std::make_pair(true, true)) << ok;
+  }
+  EXPECT_FALSE(Check(*schema, "\"a\"").first);   // too short: the quote is refused
+  EXPECT_FALSE(Check(*schema, "\"abcd").first);  // the fourth character is refused
+  EXPECT_FALSE(Check(*schema, "\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9").first);
+  EXPECT_TRUE(Check(*schema, "\"\xc3\xa9\xc3\xa9\xc3\xa9").first);  // 3 characters, 6 bytes
+  auto bad = JsonSchema::Compile(R"({"type": "string", "minLength": 4, "maxLength": 3})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(std::string(bad.status().message()).rfind("json_schema: minLength", 0), 0u);
+  EXPECT_FALSE(JsonSchema::Compile(R"({"type": "string", "maxLength": -1})").ok());
+  // A model that would go on writing "aaaa" is steered to close the string at 5 characters.
+  auto five = MustCompile(R"({"type": "string", "maxLength": 5})");
+  auto table = std::make_shared<TokenTable>();
+  for (const char* t : {"<eos>", "\"", "aaaa", "a"}) {
+    table->bytes.push_back(t);
+    table->kind.push_back(std::string(t) == "<eos>" ? TokenTable::kEnd : TokenTable::kNormal);
+  }
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p);
+  s.SetConstraint(std::make_unique<RecognizerConstraint<SchemaRecognizer>>(
+      table, SchemaRecognizer(five.get())));
+  std::string text;
+  std::vector<int32_t> out;
+  for (int step = 0; step < 20; ++step) {
+    std::vector<float> logits = {0.0f, 1.0f, 5.0f, 2.0f};  // "aaaa", then "a", then '"'
+    const int32_t id = s.Sample(logits.data(), static_cast<int>(logits.size()), out).id;
+    out.push_back(id);
+    if (id == 0) break;
+    text += table->bytes[id];
+  }
+  EXPECT_EQ(text, "\"aaaaa\"");
+}
+
 TEST(JsonSchema, ConstraintSteersASamplerToAMatchingValue) {
   auto schema = MustCompile(
       R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}}})");
