@@ -43,6 +43,18 @@ class SchemaCompiler {
     }
     return static_cast<int>(it->get<uint64_t>());
   }
+  // node's min_items and max_items from the schema's min_key and max_key.
+  static absl::Status Bounds(const ojson& s, const char* min_key, const char* max_key,
+                             const std::string& path, SchemaNode* node) {
+    auto lo = Count(s, min_key, path, 0);
+    auto hi = Count(s, max_key, path, INT_MAX);
+    if (!lo.ok()) return lo.status();
+    if (!hi.ok()) return hi.status();
+    if (*lo > *hi) return Bad(path, absl::StrCat(min_key, " is over ", max_key));
+    node->min_items = *lo;
+    node->max_items = *hi;
+    return absl::OkStatus();
+  }
 };
 
 absl::Status SchemaCompiler::Ref(const ojson& ref, const std::string& path, int depth, int* out) {
@@ -180,22 +192,10 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
         return st;
       }
       node.children = {child};
-      auto lo = Count(s, "minItems", path, 0);
-      auto hi = Count(s, "maxItems", path, INT_MAX);
-      if (!lo.ok()) return lo.status();
-      if (!hi.ok()) return hi.status();
-      if (*lo > *hi) return Bad(path, "minItems is over maxItems");
-      node.min_items = *lo;
-      node.max_items = *hi;
+      if (auto st = Bounds(s, "minItems", "maxItems", path, &node); !st.ok()) return st;
     } else if (type == "string") {
       node.kind = SchemaNode::Kind::kString;
-      auto lo = Count(s, "minLength", path, 0);
-      auto hi = Count(s, "maxLength", path, INT_MAX);
-      if (!lo.ok()) return lo.status();
-      if (!hi.ok()) return hi.status();
-      if (*lo > *hi) return Bad(path, "minLength is over maxLength");
-      node.min_items = *lo;
-      node.max_items = *hi;
+      if (auto st = Bounds(s, "minLength", "maxLength", path, &node); !st.ok()) return st;
     } else if (type == "number" || type == "integer") {
       node.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
     } else if (type == "boolean") {
