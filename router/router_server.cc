@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   r->tracer_ = *std::move(tracer);
   r->metrics_ = std::make_unique<RouterMetrics>(TINYSERVE_VERSION,
                                                 RoutingPolicyName(options.routing.kind));
+  if (r->tracer_ != nullptr) r->tracer_->BindMetrics(r->metrics_->registry().get());
   r->registry_ = std::make_unique<WorkerRegistry>(registry, r->metrics_.get());
   r->policy_ = std::make_unique<RoutingPolicy>(options.routing);
   r->admission_ = std::make_unique<Admission>(options.max_inflight, options.max_queue,

@@ -190,6 +190,10 @@ class TracingTest(cl.ClusterCase):
             lambda: any(s["status"] == 2 and s["service"] == "tinyserve-worker"
                         for s in self.rx.spans[errors_before:]), 15))
         self.assertEqual(self.rx.errors, [])
+        # Both count what they exported.
+        for proc in (w, r):
+            self.assertTrue(cl.wait_for(lambda: (cl.metric(
+                proc.metrics(), "tinyserve_trace_spans_total", result="exported") or 0) >= 3, 10))
 
     def test_serving_goes_on_when_the_collector_is_away(self):
         # Spans to a closed port are dropped (logged once a minute); requests are unaffected.
@@ -197,7 +201,8 @@ class TracingTest(cl.ClusterCase):
         w = self.cluster.worker("--otlp-traces-endpoint", closed)
         for _ in range(3):
             self.assertEqual(generate(w.address).usage.completion_tokens, 8)
-        time.sleep(1.5)
+        self.assertTrue(cl.wait_for(lambda: (cl.metric(
+            w.metrics(), "tinyserve_trace_spans_total", result="dropped") or 0) >= 3, 10))
         self.assertTrue(w.alive())
         # A URL it cannot post to is refused at start, naming the flag.
         p = subprocess.run([self.binary, "router", "--workers", w.address, "--port",

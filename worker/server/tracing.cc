@@ -224,10 +224,23 @@ int64_t Tracer::dropped() const {
   return dropped_;
 }
 
+void Tracer::BindMetrics(prometheus::Registry* registry) {
+  auto& family = prometheus::BuildCounter()
+                     .Name("tinyserve_trace_spans_total")
+                     .Help(
+                         "OpenTelemetry spans finished here, by what became of them (exported: "
+                         "the collector accepted them; dropped: queue full or a failed post)")
+                     .Register(*registry);
+  std::lock_guard<std::mutex> lock(mu_);
+  exported_counter_ = &family.Add({{"result", "exported"}});
+  dropped_counter_ = &family.Add({{"result", "dropped"}});
+}
+
 void Tracer::Enqueue(json span) {
   std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<int>(queue_.size()) >= options_.max_queue) {
     ++dropped_;
+    if (dropped_counter_ != nullptr) dropped_counter_->Increment();
     return;
   }
   queue_.push_back(std::move(span));
@@ -259,8 +272,10 @@ void Tracer::Loop() {
     lock.lock();
     if (ok) {
       exported_ += n;
+      if (exported_counter_ != nullptr) exported_counter_->Increment(static_cast<double>(n));
     } else {
       dropped_ += n;
+      if (dropped_counter_ != nullptr) dropped_counter_->Increment(static_cast<double>(n));
       if (NowSeconds() - last_error_log_ > 60) {
         last_error_log_ = NowSeconds();
         TS_LOG(WARNING) << "tracing: posting " << n << " spans to " << options_.endpoint

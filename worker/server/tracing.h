@@ -25,6 +25,8 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
+#include "prometheus/counter.h"
+#include "prometheus/registry.h"
 
 namespace tinyserve {
 
@@ -99,6 +101,8 @@ class Tracer {
   bool Sample(const TraceContext& parent);
   int64_t exported() const;  // spans the endpoint accepted
   int64_t dropped() const;   // spans lost: queue full or a failed post
+  // Counts them in tinyserve_trace_spans_total{result="exported"|"dropped"} too.
+  void BindMetrics(prometheus::Registry* registry);
 
  private:
   friend class Span;
@@ -116,6 +120,8 @@ class Tracer {
   std::vector<nlohmann::json> queue_;   // GUARDED_BY(mu_)
   bool stop_ = false;                   // GUARDED_BY(mu_)
   int64_t exported_ = 0, dropped_ = 0;  // GUARDED_BY(mu_)
+  prometheus::Counter* exported_counter_ = nullptr;  // set before spans flow (BindMetrics)
+  prometheus::Counter* dropped_counter_ = nullptr;
   double last_error_log_ = -1e9;
   std::thread thread_;
 };
