@@ -30,7 +30,9 @@ void UpstreamAttempt::Start(const v1::GenerateRequest& request,
   request_ = request;
   if (deadline != std::chrono::system_clock::time_point::max()) context_.set_deadline(deadline);
   worker_->Prepare(&context_);
-  AttachTraceContext(call_->trace(), &context_);
+  span_ = Span::Start(call_->tracer(), "tinyserve.router.attempt", Span::kClient, call_->trace());
+  span_->Set("tinyserve.worker", worker_->address());
+  AttachTraceContext(span_->context(), &context_);
   worker_->api().async()->Generate(&context_, &request_, this);
   StartRead(&response_);
   StartCall();
@@ -44,6 +46,9 @@ void UpstreamAttempt::OnReadDone(bool ok) {
 
 void UpstreamAttempt::OnDone(const grpc::Status& status) {
   std::shared_ptr<UpstreamAttempt> keep = std::move(self_);
+  span_->Set("rpc.grpc.status_code", static_cast<int64_t>(status.error_code()));
+  if (!status.ok()) span_->SetError(status.error_message());
+  span_->End();  // before the call's own span, which OnUpstreamDone may end
   call_->OnUpstreamDone(this, status);
 }
 

@@ -55,6 +55,7 @@ class UpstreamAttempt final : public grpc::ClientReadReactor<tinyserve::v1::Gene
   grpc::ClientContext context_;
   tinyserve::v1::GenerateRequest request_;
   tinyserve::v1::GenerateResponse response_;
+  std::unique_ptr<Span> span_;  // "tinyserve.router.attempt" (CLIENT), the worker span's parent
   std::shared_ptr<UpstreamAttempt> self_;  // released in OnDone
 };
 
@@ -68,6 +69,7 @@ class ProxyCall final : public QueuedStreamReactor {
   void OnUpstreamDone(UpstreamAttempt* attempt, const grpc::Status& status);
   // The trace context an attempt continues (this call's span, or the client's passed on).
   const TraceContext& trace() const { return span_->context(); }
+  Tracer* tracer() const { return core_->tracer; }
 
  private:
   void Admitted();  // holds an admission slot now

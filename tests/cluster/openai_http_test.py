@@ -347,18 +347,18 @@ class OpenAiHttpTest(cl.ClusterCase):
         self.assertEqual(ctx.exception.body["param"], "json_schema.anyOf")
 
         # Pydantic models through the client's parse(), as users write them: the nested model
-        # becomes $defs + $ref, Optional fields anyOf [..., null]; the reply parses back into
-        # the model.
+        # becomes $defs + $ref, Optional fields anyOf [..., null], Field bounds maxLength and
+        # minimum/maximum; the reply parses back into the model (which checks the bounds).
         from typing import List, Optional
-        from pydantic import BaseModel
+        from pydantic import BaseModel, Field
 
         class Address(BaseModel):
             city: str
             country: Optional[str]
 
         class Person(BaseModel):
-            name: str
-            age: int
+            name: str = Field(max_length=40)
+            age: int = Field(ge=0, le=150)
             nickname: Optional[str]
             home: Address
             languages: List[str]

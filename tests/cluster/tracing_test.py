@@ -126,20 +126,25 @@ class TracingTest(cl.ClusterCase):
         trace, client_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
         complete = generate(r.address, [("traceparent", f"00-{trace}-{client_span}-01")])
         self.assertEqual(complete.usage.completion_tokens, 8)
-        spans = self.rx.of_trace(trace, 2)
+        spans = self.rx.of_trace(trace, 3)
         self.assertEqual(self.rx.errors, [])
-        by_service = {s["service"]: s for s in spans}
-        self.assertEqual(sorted(by_service), ["tinyserve-router", "tinyserve-worker"], spans)
-        router, worker = by_service["tinyserve-router"], by_service["tinyserve-worker"]
-        # The router's span is the client's child; the worker's is the router's.
+        by_name = {s["name"]: s for s in spans}
+        self.assertEqual(sorted(by_name), ["tinyserve.router.attempt", "tinyserve.router.generate",
+                                           "tinyserve.worker.generate"], spans)
+        router, attempt = by_name["tinyserve.router.generate"], by_name["tinyserve.router.attempt"]
+        worker = by_name["tinyserve.worker.generate"]
+        self.assertEqual((router["service"], attempt["service"], worker["service"]),
+                         ("tinyserve-router", "tinyserve-router", "tinyserve-worker"))
+        # client -> router (SERVER) -> its attempt on a worker (CLIENT) -> the worker (SERVER).
         self.assertEqual(router["parent"], client_span)
-        self.assertEqual(worker["parent"], router["span"])
-        self.assertEqual((router["name"], worker["name"]),
-                         ("tinyserve.router.generate", "tinyserve.worker.generate"))
-        self.assertEqual(router["kind"], 2)  # SERVER
-        self.assertEqual(worker["kind"], 2)
-        self.assertLessEqual(router["start"], worker["start"])
-        self.assertLessEqual(worker["end"], router["end"])
+        self.assertEqual(attempt["parent"], router["span"])
+        self.assertEqual(worker["parent"], attempt["span"])
+        self.assertEqual((router["kind"], attempt["kind"], worker["kind"]), (2, 3, 2))
+        self.assertLessEqual(router["start"], attempt["start"])
+        self.assertLessEqual(attempt["start"], worker["start"])
+        self.assertLessEqual(worker["end"], attempt["end"])
+        self.assertLessEqual(attempt["end"], router["end"])
+        self.assertEqual(attempt["attrs"]["tinyserve.worker"], w.address)
         a = worker["attrs"]
         self.assertEqual(a["gen_ai.usage.output_tokens"], complete.usage.completion_tokens)
         self.assertEqual(a["gen_ai.usage.input_tokens"], complete.usage.prompt_tokens)
@@ -151,15 +156,15 @@ class TracingTest(cl.ClusterCase):
         self.assertEqual(router["attrs"]["tinyserve.attempts"], 1)
         self.assertEqual(router["status"], 0)  # UNSET: no error
 
-        # No traceparent: the router starts the trace; the worker's span is its child.
+        # No traceparent: the router starts the trace, which the worker continues.
         before = len(self.rx.spans)
         generate(r.address)
-        self.assertTrue(cl.wait_for(lambda: len(self.rx.spans) >= before + 2, 15))
-        new = self.rx.spans[before:before + 2]
-        router = [s for s in new if s["service"] == "tinyserve-router"][0]
-        worker = [s for s in new if s["service"] == "tinyserve-worker"][0]
+        self.assertTrue(cl.wait_for(lambda: len(self.rx.spans) >= before + 3, 15))
+        new = {s["name"]: s for s in self.rx.spans[before:before + 3]}
+        router, worker = new["tinyserve.router.generate"], new["tinyserve.worker.generate"]
         self.assertEqual(router["parent"], "")
-        self.assertEqual((worker["trace"], worker["parent"]), (router["trace"], router["span"]))
+        self.assertEqual((worker["trace"], worker["parent"]),
+                         (router["trace"], new["tinyserve.router.attempt"]["span"]))
 
         # Through the HTTP API: the traceparent header is followed the same way.
         http_trace, http_span = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
@@ -170,8 +175,8 @@ class TracingTest(cl.ClusterCase):
                      "traceparent": f"00-{http_trace}-{http_span}-01"})
         with urllib.request.urlopen(req, timeout=30) as resp:
             self.assertEqual(resp.status, 200)
-        spans = self.rx.of_trace(http_trace, 2)
-        router = [s for s in spans if s["service"] == "tinyserve-router"][0]
+        spans = self.rx.of_trace(http_trace, 3)
+        router = [s for s in spans if s["name"] == "tinyserve.router.generate"][0]
         self.assertEqual(router["parent"], http_span)
 
         # Not sampled upstream (flags 00): nothing is recorded for that trace.

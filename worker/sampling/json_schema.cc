@@ -1,6 +1,8 @@
 #include "worker/sampling/json_schema.h"
 
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +44,39 @@ class SchemaCompiler {
       return Bad(absl::StrCat(path, ".", key), "must be a non-negative integer");
     }
     return static_cast<int>(it->get<uint64_t>());
+  }
+  // An integer node's bounds: minimum/maximum, exclusiveMinimum/exclusiveMaximum as numbers
+  // (draft 6+) or as booleans beside minimum/maximum (draft 4).
+  static absl::Status IntegerBounds(const ojson& s, const std::string& path, SchemaNode* node) {
+    auto number = [&](const char* key, std::optional<double>* out) -> absl::Status {
+      auto it = s.find(key);
+      if (it == s.end() || it->is_boolean()) return absl::OkStatus();
+      if (!it->is_number()) return Bad(absl::StrCat(path, ".", key), "must be a number");
+      *out = it->get<double>();
+      return absl::OkStatus();
+    };
+    auto flag = [&](const char* key) {
+      auto it = s.find(key);
+      return it != s.end() && it->is_boolean() && it->get<bool>();
+    };
+    std::optional<double> mn, mx, xmn, xmx;
+    for (auto [key, out] : {std::pair{"minimum", &mn}, std::pair{"maximum", &mx},
+                            std::pair{"exclusiveMinimum", &xmn},
+                            std::pair{"exclusiveMaximum", &xmx}}) {
+      if (absl::Status st = number(key, out); !st.ok()) return st;
+    }
+    if (!mn && !mx && !xmn && !xmx) return absl::OkStatus();
+    constexpr double kMin = -9223372036854775808.0, kMax = 9223372036854775808.0;  // +-2^63
+    double lo = kMin, hi = kMax;
+    if (mn) lo = std::max(lo, flag("exclusiveMinimum") ? std::floor(*mn) + 1 : std::ceil(*mn));
+    if (xmn) lo = std::max(lo, std::floor(*xmn) + 1);
+    if (mx) hi = std::min(hi, flag("exclusiveMaximum") ? std::ceil(*mx) - 1 : std::floor(*mx));
+    if (xmx) hi = std::min(hi, std::ceil(*xmx) - 1);
+    if (lo > hi) return Bad(path, "has no integer between its minimum and maximum");
+    node->bounded = true;
+    node->min_value = lo <= kMin ? INT64_MIN : static_cast<int64_t>(lo);
+    node->max_value = hi >= kMax ? INT64_MAX : static_cast<int64_t>(hi);
+    return absl::OkStatus();
   }
   // node's min_items and max_items from the schema's min_key and max_key.
   static absl::Status Bounds(const ojson& s, const char* min_key, const char* max_key,
@@ -198,6 +233,9 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
       if (auto st = Bounds(s, "minLength", "maxLength", path, &node); !st.ok()) return st;
     } else if (type == "number" || type == "integer") {
       node.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
+      if (type == "integer") {
+        if (auto st = IntegerBounds(s, path, &node); !st.ok()) return st;
+      }
     } else if (type == "boolean") {
       node.kind = SchemaNode::Kind::kLiterals;
       node.literals = {"true", "false"};
@@ -302,6 +340,40 @@ bool IsHex(unsigned char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+// Integer frames of a bounded node: Frame::phase is 1 for a minus sign, Frame::mask the
+// magnitude so far (saturating far beyond any int64 bound).
+uint64_t AppendDigit(uint64_t magnitude, unsigned char c) {
+  constexpr uint64_t kCap = UINT64_MAX / 10 - 1;  // below it, magnitude * 10 + 9 fits
+  return magnitude >= kCap ? UINT64_MAX : magnitude * 10 + (c - '0');
+}
+
+// A node's bounds for comparison; INT64_MIN and INT64_MAX stand for no bound (IntegerBounds).
+constexpr __int128 kUnbounded = static_cast<__int128>(1) << 100;
+__int128 Lo(int64_t lo) { return lo == INT64_MIN ? -kUnbounded : lo; }
+__int128 Hi(int64_t hi) { return hi == INT64_MAX ? kUnbounded : hi; }
+
+bool IntegerIn(bool negative, uint64_t magnitude, int64_t lo, int64_t hi) {
+  const __int128 v = negative ? -static_cast<__int128>(magnitude) : magnitude;
+  return v >= Lo(lo) && v <= Hi(hi);
+}
+
+// Whether an integer whose text starts with this prefix can still end within [lo, hi], with at
+// most `more` further digits.
+bool IntegerReachable(bool negative, uint64_t magnitude, NumState s, int more, int64_t min,
+                      int64_t max) {
+  const __int128 lo = Lo(min), hi = Hi(max);
+  if (s == NumState::kMinus) return lo <= 0;  // "-0", or any negative integer
+  if (s == NumState::kZero) return IntegerIn(negative, 0, min, max);
+  __int128 a = magnitude, width = 1;  // with k more digits: magnitudes [a, a + width - 1]
+  for (int k = 0; k <= more; ++k, a *= 10, width *= 10) {
+    const __int128 b = a + width - 1;
+    const __int128 vlo = negative ? -b : a, vhi = negative ? -a : b;
+    if (vlo <= hi && vhi >= lo) return true;
+    if (negative ? vhi < lo : vlo > hi) return false;  // more digits only move further away
+  }
+  return false;
+}
+
 }  // namespace
 
 bool SchemaRecognizer::Feed(std::string_view bytes) {
@@ -323,7 +395,8 @@ bool SchemaRecognizer::Complete() const {
       return any_.CanEnd();
     case SchemaNode::Kind::kNumber:
     case SchemaNode::Kind::kInteger:
-      return NumberCanEnd(static_cast<NumState>(f.sub));
+      return NumberCanEnd(static_cast<NumState>(f.sub)) &&
+             (!n.bounded || IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value));
     case SchemaNode::Kind::kLiterals:
       for (size_t i = 0; i < n.literals.size(); ++i) {
         if ((f.mask >> i & 1) && n.literals[i].size() == f.index) return true;
@@ -372,6 +445,13 @@ bool SchemaRecognizer::StartValue(int node, unsigned char c) {
       if (!NumberStart(c, &s)) return false;
       f.sub = static_cast<uint8_t>(s);
       f.index = 1;
+      if (n.bounded) {
+        f.phase = c == '-' ? 1 : 0;
+        f.mask = c == '-' ? 0 : AppendDigit(0, c);
+        if (!IntegerReachable(f.phase == 1, f.mask, s, kMaxJsonNumber - 1, n.min_value,
+                              n.max_value))
+          return false;
+      }
       break;
     }
     case SchemaNode::Kind::kLiterals:
@@ -435,8 +515,16 @@ bool SchemaRecognizer::Byte(unsigned char c) {
       switch (NumberNext(c, n.kind == SchemaNode::Kind::kInteger, &s)) {
         case NumStep::kMore:
           f.sub = static_cast<uint8_t>(s);
+          if (n.bounded) {  // an integer: digits only
+            f.mask = AppendDigit(f.mask, c);
+            if (!IntegerReachable(f.phase == 1, f.mask, s, kMaxJsonNumber - 1 - f.index,
+                                  n.min_value, n.max_value))
+              return false;
+          }
           return ++f.index <= kMaxJsonNumber;
         case NumStep::kEnded:
+          if (n.bounded && !IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value))
+            return false;
           EndValue();
           return Byte(c);
         default:

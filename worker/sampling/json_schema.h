@@ -5,7 +5,9 @@
 // Supported, as OpenAI's strict mode: "type" object (with "properties": every property is
 // written, in the schema's order; "required" and "additionalProperties" are read as strict),
 // array ("items", "minItems", "maxItems"), string ("minLength", "maxLength": characters, an
-// escape sequence counting as one), number, integer, boolean, null; "enum" and
+// escape sequence counting as one), number, integer ("minimum", "maximum", "exclusiveMinimum",
+// "exclusiveMaximum": a digit is refused once no integer it could start lies within them),
+// boolean, null; "enum" and
 // "const" of scalars; a schema without "type" accepts any JSON value.
 // Also what Pydantic and zod emit for nested and optional fields:
 //   - "$ref" to a local JSON pointer ("#/$defs/Address", "#/definitions/X", "#"), recursion
@@ -52,6 +54,8 @@ struct SchemaNode {
   std::array<uint64_t, 4> first{};  // the bytes a value of this node can start with
   int min_items = 0;                // kArray: items; kString: characters (minLength, maxLength)
   int max_items = INT_MAX;
+  bool bounded = false;  // kInteger: minimum/maximum, inclusive (INT64_MIN, INT64_MAX: none)
+  int64_t min_value = 0, max_value = 0;
   std::vector<std::string> literals;  // kLiterals: the JSON texts allowed (enum, const, bool, null)
 };
 

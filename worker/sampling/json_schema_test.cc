@@ -243,6 +243,76 @@ TEST(JsonSchema, StringLengthsInCharacters) {
   EXPECT_EQ(text, "\"aaaaa\"");
 }
 
+// Integer bounds: a digit is refused as soon as no integer it could start is within them.
+TEST(JsonSchema, IntegerBoundsRefuseTheFirstDigitThatCannotFit) {
+  auto age = MustCompile(R"({"type": "integer", "minimum": 18, "maximum": 120})");
+  for (const char* ok : {"18", "120", "99", "100"}) {
+    EXPECT_EQ(Check(*age, ok), std::make_pair(true, true)) << ok;
+  }
+  EXPECT_EQ(Check(*age, "1"), std::make_pair(true, false));  // 1 could become 18..19, 100..120
+  EXPECT_EQ(Check(*age, "12"), std::make_pair(true, false));  // 120..129
+  for (const char* bad : {"17", "121", "-", "0", "130", "1200"}) {
+    EXPECT_FALSE(Check(*age, bad).first) << bad;
+  }
+  auto neg = MustCompile(R"({"type": "integer", "minimum": -10, "maximum": -3})");
+  for (const char* ok : {"-3", "-10", "-7"}) {
+    EXPECT_EQ(Check(*neg, ok), std::make_pair(true, true)) << ok;
+  }
+  for (const char* bad : {"-2", "-11", "-0", "5", "-100"}) {
+    EXPECT_FALSE(Check(*neg, bad).first) << bad;
+  }
+  // Exclusive bounds, as numbers (draft 6+) and as booleans (draft 4); fractional bounds.
+  auto pos = MustCompile(R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})");
+  EXPECT_FALSE(Check(*pos, "0").first);
+  EXPECT_FALSE(Check(*pos, "10").first);
+  EXPECT_EQ(Check(*pos, "9"), std::make_pair(true, true));
+  auto d4 = MustCompile(R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true,
+                            "maximum": 2.5})");
+  EXPECT_FALSE(Check(*d4, "0").first);
+  EXPECT_EQ(Check(*d4, "2"), std::make_pair(true, true));
+  EXPECT_FALSE(Check(*d4, "3").first);
+  // Inside an object, the bound holds where the member ends.
+  auto obj = MustCompile(R"({"type": "object", "properties": {"n": {"type": "integer",
+                             "maximum": 5}, "s": {"type": "string"}}})");
+  EXPECT_EQ(Check(*obj, R"({"n": 5, "s": "x"})"), std::make_pair(true, true));
+  EXPECT_FALSE(Check(*obj, R"({"n": 6)").first);
+  // Huge numbers saturate instead of overflowing; bounds near the int64 limits work.
+  auto big = MustCompile(R"({"type": "integer", "minimum": -9000000000000000000})");
+  EXPECT_EQ(Check(*big, "-8999999999999999999"), std::make_pair(true, true));
+  EXPECT_FALSE(Check(*big, "-9000000000000000001").first);
+  EXPECT_FALSE(Check(*big, "-99999999999999999999999").first);
+  EXPECT_EQ(Check(*big, "99999999999999999999999"), std::make_pair(true, true));
+  // Refusals name the path.
+  auto empty = JsonSchema::Compile(R"({"type": "integer", "minimum": 3, "maximum": 2.5})");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(std::string(empty.status().message()).rfind("json_schema: has no integer", 0), 0u);
+  auto word = JsonSchema::Compile(R"({"type": "integer", "maximum": "ten"})");
+  ASSERT_FALSE(word.ok());
+  EXPECT_EQ(std::string(word.status().message()).rfind("json_schema.maximum", 0), 0u);
+  // A model that would go on writing 9s is steered to end the number within the maximum.
+  auto hundred = MustCompile(R"({"type": "integer", "maximum": 100})");
+  auto table = std::make_shared<TokenTable>();
+  for (const char* t : {"<eos>", "99", "9", "0"}) {
+    table->bytes.push_back(t);
+    table->kind.push_back(std::string(t) == "<eos>" ? TokenTable::kEnd : TokenTable::kNormal);
+  }
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p);
+  s.SetConstraint(std::make_unique<RecognizerConstraint<SchemaRecognizer>>(
+      table, SchemaRecognizer(hundred.get())));
+  std::string text;
+  std::vector<int32_t> out;
+  for (int step = 0; step < 10; ++step) {
+    std::vector<float> logits = {0.0f, 5.0f, 4.0f, 3.0f};
+    const int32_t id = s.Sample(logits.data(), static_cast<int>(logits.size()), out).id;
+    out.push_back(id);
+    if (id == 0) break;
+    text += table->bytes[id];
+  }
+  EXPECT_EQ(text, "99");
+}
+
 TEST(JsonSchema, ConstraintSteersASamplerToAMatchingValue) {
   auto schema = MustCompile(
       R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}}})");
