@@ -60,9 +60,9 @@ class SchemaCompiler {
       return it != s.end() && it->is_boolean() && it->get<bool>();
     };
     std::optional<double> mn, mx, xmn, xmx;
-    for (auto [key, out] : {std::pair{"minimum", &mn}, std::pair{"maximum", &mx},
-                            std::pair{"exclusiveMinimum", &xmn},
-                            std::pair{"exclusiveMaximum", &xmx}}) {
+    for (auto [key, out] :
+         {std::pair{"minimum", &mn}, std::pair{"maximum", &mx}, std::pair{"exclusiveMinimum", &xmn},
+          std::pair{"exclusiveMaximum", &xmx}}) {
       if (absl::Status st = number(key, out); !st.ok()) return st;
     }
     if (!mn && !mx && !xmn && !xmx) return absl::OkStatus();
@@ -523,8 +523,7 @@ bool SchemaRecognizer::Byte(unsigned char c) {
           }
           return ++f.index <= kMaxJsonNumber;
         case NumStep::kEnded:
-          if (n.bounded && !IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value))
-            return false;
+          if (n.bounded && !IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value)) return false;
           EndValue();
           return Byte(c);
         default:

@@ -249,7 +249,7 @@ TEST(JsonSchema, IntegerBoundsRefuseTheFirstDigitThatCannotFit) {
   for (const char* ok : {"18", "120", "99", "100"}) {
     EXPECT_EQ(Check(*age, ok), std::make_pair(true, true)) << ok;
   }
-  EXPECT_EQ(Check(*age, "1"), std::make_pair(true, false));  // 1 could become 18..19, 100..120
+  EXPECT_EQ(Check(*age, "1"), std::make_pair(true, false));   // 1 could become 18..19, 100..120
   EXPECT_EQ(Check(*age, "12"), std::make_pair(true, false));  // 120..129
   for (const char* bad : {"17", "121", "-", "0", "130", "1200"}) {
     EXPECT_FALSE(Check(*age, bad).first) << bad;
