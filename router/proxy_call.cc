@@ -54,13 +54,13 @@ void UpstreamAttempt::OnDone(const grpc::Status& status) {
 
 ProxyCall::ProxyCall(RouterCore* core, grpc::CallbackServerContext* context,
                      const grpc::ByteBuffer& buffer)
-    : core_(core),
-      context_(context),
-      arrival_(NowSeconds()),
-      span_(Span::Start(core->tracer, "tinyserve.router.generate", Span::kServer,
-                        TraceContextOf(*context))) {
-  if (grpc::Status s = CheckApiKey(*context, core_->api_key); !s.ok()) {
-    End(s);
+    : core_(core), context_(context), arrival_(NowSeconds()) {
+  const grpc::Status auth = CheckApiKey(*context, core_->api_key);
+  // Calls without a valid key are not traced: they may not fill the exporter's queue.
+  span_ = Span::Start(auth.ok() ? core->tracer : nullptr, "tinyserve.router.generate",
+                      Span::kServer, TraceContextOf(*context));
+  if (!auth.ok()) {
+    End(auth);
     return;
   }
   if (core_->draining.load()) {

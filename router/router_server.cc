@@ -117,7 +117,10 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   return r;
 }
 
-RouterServer::~RouterServer() { Drain(); }
+RouterServer::~RouterServer() {
+  Drain();
+  tracer_.reset();  // flushes its spans while the metrics registry of its counters exists
+}
 
 void RouterServer::SetReady(bool ready) {
   if (server_ == nullptr) return;

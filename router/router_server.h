@@ -60,7 +60,8 @@ class RouterServer {
   void SetReady(bool ready);
 
   RouterServerOptions options_;
-  std::unique_ptr<Tracer> tracer_;  // outlives the servers (their calls end spans)
+  std::unique_ptr<Tracer> tracer_;  // outlives the servers (their calls end spans); reset in the
+                                    // destructor, before metrics_ (its counters) goes
   std::unique_ptr<RouterMetrics> metrics_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<RoutingPolicy> policy_;

@@ -48,30 +48,37 @@ class SchemaCompiler {
   // An integer node's bounds: minimum/maximum, exclusiveMinimum/exclusiveMaximum as numbers
   // (draft 6+) or as booleans beside minimum/maximum (draft 4).
   static absl::Status IntegerBounds(const ojson& s, const std::string& path, SchemaNode* node) {
-    auto number = [&](const char* key, std::optional<double>* out) -> absl::Status {
+    // long double holds every int64 exactly, so integer bounds are exact.
+    auto number = [&](const char* key, std::optional<long double>* out) -> absl::Status {
       auto it = s.find(key);
       if (it == s.end() || it->is_boolean()) return absl::OkStatus();
       if (!it->is_number()) return Bad(absl::StrCat(path, ".", key), "must be a number");
-      *out = it->get<double>();
+      if (it->is_number_unsigned()) {
+        *out = static_cast<long double>(it->get<uint64_t>());
+      } else if (it->is_number_integer()) {
+        *out = static_cast<long double>(it->get<int64_t>());
+      } else {
+        *out = it->get<double>();
+      }
       return absl::OkStatus();
     };
     auto flag = [&](const char* key) {
       auto it = s.find(key);
       return it != s.end() && it->is_boolean() && it->get<bool>();
     };
-    std::optional<double> mn, mx, xmn, xmx;
+    std::optional<long double> mn, mx, xmn, xmx;
     for (auto [key, out] :
          {std::pair{"minimum", &mn}, std::pair{"maximum", &mx}, std::pair{"exclusiveMinimum", &xmn},
           std::pair{"exclusiveMaximum", &xmx}}) {
       if (absl::Status st = number(key, out); !st.ok()) return st;
     }
     if (!mn && !mx && !xmn && !xmx) return absl::OkStatus();
-    constexpr double kMin = -9223372036854775808.0, kMax = 9223372036854775808.0;  // +-2^63
-    double lo = kMin, hi = kMax;
+    constexpr long double kMin = -9223372036854775808.0L, kMax = 9223372036854775808.0L;  // 2^63
+    long double lo = kMin, hi = kMax;
     if (mn) lo = std::max(lo, flag("exclusiveMinimum") ? std::floor(*mn) + 1 : std::ceil(*mn));
     if (xmn) lo = std::max(lo, std::floor(*xmn) + 1);
     if (mx) hi = std::min(hi, flag("exclusiveMaximum") ? std::ceil(*mx) - 1 : std::floor(*mx));
-    if (xmx) hi = std::min(hi, std::ceil(*xmx) - 1);
+    if (xmx) hi = std::min(hi, std::ceil(*xmx) - 1);  // (long double overloads)
     if (lo > hi) return Bad(path, "has no integer between its minimum and maximum");
     node->bounded = true;
     node->min_value = lo <= kMin ? INT64_MIN : static_cast<int64_t>(lo);
@@ -112,8 +119,14 @@ absl::Status SchemaCompiler::Ref(const ojson& ref, const std::string& path, int 
   if (target == nullptr) {
     return Bad(path, absl::StrCat("'", name, "' does not resolve inside the schema"));
   }
-  refs_[name] = static_cast<int>(nodes.size());   // the node Compile creates next
-  return Compile(*target, path, depth + 1, out);  // depth bounds chains of references
+  // A target that makes a node is registered first, so references inside it (recursion) reach
+  // that node. An alias (a $ref, or allOf of one) makes none: it is registered with what it
+  // resolves to, afterwards; a chain of aliases is bounded by the depth.
+  const bool alias = target->is_object() && (target->contains("$ref") || target->contains("allOf"));
+  if (!alias) refs_[name] = static_cast<int>(nodes.size());  // the node Compile creates next
+  if (absl::Status st = Compile(*target, path, depth + 1, out); !st.ok()) return st;
+  refs_[name] = *out;
+  return absl::OkStatus();
 }
 
 absl::Status SchemaCompiler::Alternatives(const std::vector<ojson>& alternatives,
@@ -144,6 +157,9 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
       }
       return Compile((*a)[0], path + ".allOf[0]", depth + 1, out);
     }
+  }
+  if (nodes.size() >= INT16_MAX) {  // SchemaRecognizer's frames hold node indices in 16 bits
+    return Bad(path, "the schema has more than 32767 parts");
   }
   const int index = static_cast<int>(nodes.size());
   *out = index;

@@ -5,11 +5,10 @@
 // Supported, as OpenAI's strict mode: "type" object (with "properties": every property is
 // written, in the schema's order; "required" and "additionalProperties" are read as strict),
 // array ("items", "minItems", "maxItems"), string ("minLength", "maxLength": characters, an
-// escape sequence counting as one), number, integer ("minimum", "maximum", "exclusiveMinimum",
-// "exclusiveMaximum": a digit is refused once no integer it could start lies within them),
-// boolean, null; "enum" and
-// "const" of scalars; a schema without "type" accepts any JSON value.
-// Also what Pydantic and zod emit for nested and optional fields:
+// escape sequence counting as one, so an escaped surrogate pair counts as two), number, integer
+// ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum": a digit is refused once no integer
+// it could start lies within them), boolean, null; "enum" and "const" of scalars; a schema without
+// "type" accepts any JSON value. Also what Pydantic and zod emit for nested and optional fields:
 //   - "$ref" to a local JSON pointer ("#/$defs/Address", "#/definitions/X", "#"), recursion
 //     included (each target is compiled once);
 //   - "anyOf" / "oneOf", and a list of types ("type": ["string", "null"]), when the

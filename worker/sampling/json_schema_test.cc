@@ -205,6 +205,32 @@ TEST(JsonSchema, RefsAndAlternativesPickedByTheFirstByte) {
   EXPECT_FALSE(Check(*list, "[\"a\"").first);
 }
 
+// A $ref to an alias (itself a $ref) resolves to the aliased schema wherever it is used,
+// and a schema too large for the recognizer's frames is refused.
+TEST(JsonSchema, AliasesResolveToTheirTargetEverywhere) {
+  auto schema = MustCompile(R"({
+    "$defs": {"B": {"type": "string"}, "A": {"$ref": "#/$defs/B"},
+              "C": {"allOf": [{"$ref": "#/$defs/A"}]}},
+    "type": "object",
+    "properties": {"x": {"$ref": "#/$defs/B"}, "y": {"$ref": "#/$defs/A"},
+                   "z": {"type": "integer"}, "w": {"$ref": "#/$defs/A"},
+                   "v": {"$ref": "#/$defs/C"}}})");
+  ASSERT_NE(schema, nullptr);
+  EXPECT_EQ(Check(*schema, R"({"x": "a", "y": "b", "z": 1, "w": "c", "v": "d"})"),
+            std::make_pair(true, true));
+  EXPECT_FALSE(Check(*schema, R"({"x": "a", "y": "b", "z": 1, "w": 7)").first);
+  auto alias_only = MustCompile(R"({"$defs": {"B": {"type": "string"}, "A": {"$ref": "#/$defs/B"}},
+                                    "type": "array", "items": {"$ref": "#/$defs/A"}})");
+  EXPECT_EQ(Check(*alias_only, R"(["a", "b"])"), std::make_pair(true, true));
+  std::string wide = R"({"type": "object", "properties": {)";
+  for (int i = 0; i < 40000; ++i) wide += "\"p" + std::to_string(i) + "\": {},";
+  wide.back() = '}';
+  wide += "}";
+  auto too_wide = JsonSchema::Compile(wide);
+  ASSERT_FALSE(too_wide.ok());
+  EXPECT_NE(std::string(too_wide.status().message()).find("32767"), std::string::npos);
+}
+
 TEST(JsonSchema, StringLengthsInCharacters) {
   auto schema = MustCompile(R"({"type": "string", "minLength": 2, "maxLength": 3})");
   for (const char* ok : {"\"ab\"", "\"abc\"", "\"\u00e9\u00e9\u00e9\"", "\"\xc3\xa9\xc3\xa9\"",
@@ -276,6 +302,12 @@ TEST(JsonSchema, IntegerBoundsRefuseTheFirstDigitThatCannotFit) {
                              "maximum": 5}, "s": {"type": "string"}}})");
   EXPECT_EQ(Check(*obj, R"({"n": 5, "s": "x"})"), std::make_pair(true, true));
   EXPECT_FALSE(Check(*obj, R"({"n": 6)").first);
+  // Integer bounds are exact past 2^53.
+  auto exact = MustCompile(R"({"type": "integer", "maximum": 9007199254740993})");
+  EXPECT_EQ(Check(*exact, "9007199254740993"), std::make_pair(true, true));
+  EXPECT_FALSE(Check(*exact, "9007199254740994").first);
+  auto exact_min = MustCompile(R"({"type": "integer", "minimum": 9007199254740993})");
+  EXPECT_EQ(Check(*exact_min, "9007199254740992"), std::make_pair(true, false));  // a prefix
   // Huge numbers saturate instead of overflowing; bounds near the int64 limits work.
   auto big = MustCompile(R"({"type": "integer", "minimum": -9000000000000000000})");
   EXPECT_EQ(Check(*big, "-8999999999999999999"), std::make_pair(true, true));

@@ -47,11 +47,13 @@ double EngineDeadline(const grpc::CallbackServerContext& context) {
 
 GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer& buffer)
-    : state_(state),
-      span_(Span::Start(state->tracer, "tinyserve.worker.generate", Span::kServer,
-                        TraceContextOf(*context))) {
-  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
-    Reject(s);
+    : state_(state) {
+  const grpc::Status auth = CheckApiKey(*context, state_->api_key);
+  // Calls without a valid key are not traced: they may not fill the exporter's queue.
+  span_ = Span::Start(auth.ok() ? state->tracer : nullptr, "tinyserve.worker.generate",
+                      Span::kServer, TraceContextOf(*context));
+  if (!auth.ok()) {
+    Reject(auth);
     return;
   }
   if (state_->draining.load()) {

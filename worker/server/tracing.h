@@ -96,7 +96,7 @@ class Tracer {
   // nullptr (and OK) when options.endpoint is empty. INVALID_ARGUMENT naming
   // --otlp-traces-endpoint for a URL it cannot post to (only http:// is supported).
   static absl::StatusOr<std::unique_ptr<Tracer>> Create(const TracerOptions& options);
-  ~Tracer();  // posts what is queued (bounded wait), then stops
+  ~Tracer();  // posts what is queued (a collector's answer is awaited 5 s at most), then stops
 
   bool Sample(const TraceContext& parent);
   int64_t exported() const;  // spans the endpoint accepted

@@ -133,6 +133,8 @@ WorkerServer::~WorkerServer() {
   }
   cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  // Flushes its spans while the metrics registry its counters live in still exists.
+  tracer_.reset();
 }
 
 void WorkerServer::SetReady(bool ready) {

@@ -72,7 +72,8 @@ class WorkerServer {
   void SetReady(bool ready);
 
   WorkerServerOptions options_;
-  std::unique_ptr<Tracer> tracer_;  // outlives the servers (their calls end spans)
+  std::unique_ptr<Tracer> tracer_;  // outlives the servers (their calls end spans); reset in the
+                                    // destructor, before metrics_ (its counters) goes
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<WorkerMetrics> metrics_;
   WorkerState state_;
