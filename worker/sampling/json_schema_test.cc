@@ -22,6 +22,32 @@ std::pair<bool, bool> Check(const JsonSchema& schema, std::string_view text) {
   return {ok, ok && r.Complete()};
 }
 
+// Greedy sampling under the schema with fixed logits over `tokens` (token 0 ends the text),
+// for at most `steps` tokens; the text produced.
+std::string GreedyText(const JsonSchema& schema, const std::vector<const char*>& tokens,
+                       std::vector<float> logits, int steps) {
+  auto table = std::make_shared<TokenTable>();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    table->bytes.push_back(tokens[i]);
+    table->kind.push_back(i == 0 ? TokenTable::kEnd : TokenTable::kNormal);
+  }
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p);
+  s.SetConstraint(
+      std::make_unique<RecognizerConstraint<SchemaRecognizer>>(table, SchemaRecognizer(&schema)));
+  std::string text;
+  std::vector<int32_t> out;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> l = logits;  // Sample may mask them
+    const int32_t id = s.Sample(l.data(), static_cast<int>(l.size()), out).id;
+    out.push_back(id);
+    if (id == 0) break;
+    text += table->bytes[id];
+  }
+  return text;
+}
+
 const char kPerson[] = R"({
   "type": "object",
   "properties": {
@@ -247,26 +273,9 @@ TEST(JsonSchema, StringLengthsInCharacters) {
   EXPECT_FALSE(JsonSchema::Compile(R"({"type": "string", "maxLength": -1})").ok());
   // A model that would go on writing "aaaa" is steered to close the string at 5 characters.
   auto five = MustCompile(R"({"type": "string", "maxLength": 5})");
-  auto table = std::make_shared<TokenTable>();
-  for (const char* t : {"<eos>", "\"", "aaaa", "a"}) {
-    table->bytes.push_back(t);
-    table->kind.push_back(std::string(t) == "<eos>" ? TokenTable::kEnd : TokenTable::kNormal);
-  }
-  SamplingParams p;
-  p.temperature = 0;
-  Sampler s(p);
-  s.SetConstraint(std::make_unique<RecognizerConstraint<SchemaRecognizer>>(
-      table, SchemaRecognizer(five.get())));
-  std::string text;
-  std::vector<int32_t> out;
-  for (int step = 0; step < 20; ++step) {
-    std::vector<float> logits = {0.0f, 1.0f, 5.0f, 2.0f};  // "aaaa", then "a", then '"'
-    const int32_t id = s.Sample(logits.data(), static_cast<int>(logits.size()), out).id;
-    out.push_back(id);
-    if (id == 0) break;
-    text += table->bytes[id];
-  }
-  EXPECT_EQ(text, "\"aaaaa\"");
+  // Tokens <eos>, '"', "aaaa", "a"; the model prefers "aaaa", then "a", then the quote.
+  EXPECT_EQ(GreedyText(*five, {"<eos>", "\"", "aaaa", "a"}, {0.0f, 1.0f, 5.0f, 2.0f}, 20),
+            "\"aaaaa\"");
 }
 
 // Integer bounds: a digit is refused as soon as no integer it could start is within them.
@@ -323,26 +332,7 @@ TEST(JsonSchema, IntegerBoundsRefuseTheFirstDigitThatCannotFit) {
   EXPECT_EQ(std::string(word.status().message()).rfind("json_schema.maximum", 0), 0u);
   // A model that would go on writing 9s is steered to end the number within the maximum.
   auto hundred = MustCompile(R"({"type": "integer", "maximum": 100})");
-  auto table = std::make_shared<TokenTable>();
-  for (const char* t : {"<eos>", "99", "9", "0"}) {
-    table->bytes.push_back(t);
-    table->kind.push_back(std::string(t) == "<eos>" ? TokenTable::kEnd : TokenTable::kNormal);
-  }
-  SamplingParams p;
-  p.temperature = 0;
-  Sampler s(p);
-  s.SetConstraint(std::make_unique<RecognizerConstraint<SchemaRecognizer>>(
-      table, SchemaRecognizer(hundred.get())));
-  std::string text;
-  std::vector<int32_t> out;
-  for (int step = 0; step < 10; ++step) {
-    std::vector<float> logits = {0.0f, 5.0f, 4.0f, 3.0f};
-    const int32_t id = s.Sample(logits.data(), static_cast<int>(logits.size()), out).id;
-    out.push_back(id);
-    if (id == 0) break;
-    text += table->bytes[id];
-  }
-  EXPECT_EQ(text, "99");
+  EXPECT_EQ(GreedyText(*hundred, {"<eos>", "99", "9", "0"}, {0.0f, 5.0f, 4.0f, 3.0f}, 10), "99");
 }
 
 TEST(JsonSchema, ConstraintSteersASamplerToAMatchingValue) {
