@@ -274,6 +274,16 @@ def wait_for(predicate, timeout, interval=0.1):
     return predicate()
 
 
+def smollm2_model(case):
+    """SmolLM2-135M-Instruct Q4_1, the default model scripts/fetch-model downloads; fails `case`
+    when it is missing."""
+    model = os.path.join(os.environ.get("TINYSERVE_CACHE") or
+                         os.path.expanduser("~/.cache/tinyserve"),
+                         "SmolLM2-135M-Instruct.Q4_1.gguf")
+    case.assertTrue(os.path.exists(model), f"{model} missing (scripts/fetch-model)")
+    return model
+
+
 def default_model():
     """stories260K from the test data: $TINYSERVE_DATA, else shared/data beside the checkout."""
     data = os.environ.get("TINYSERVE_DATA") or os.path.join(

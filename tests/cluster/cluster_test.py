@@ -170,10 +170,7 @@ class ClusterTest(cl.ClusterCase):
         router continues the stream on the other worker from the tokens already sent, and the
         client sees one whole stream. SmolLM2 (the default model) decodes slowly enough here to
         act mid-stream."""
-        model = os.path.join(os.environ.get("TINYSERVE_CACHE") or
-                             os.path.expanduser("~/.cache/tinyserve"),
-                             "SmolLM2-135M-Instruct.Q4_1.gguf")
-        self.assertTrue(os.path.exists(model), f"{model} missing (scripts/fetch-model)")
+        model = cl.smollm2_model(self)
         for how in (signal.SIGKILL, signal.SIGTERM):
             w1 = self.cluster.worker("--model", model, "--drain-timeout", "0.3")
             w2 = self.cluster.worker("--model", model, "--drain-timeout", "0.3")

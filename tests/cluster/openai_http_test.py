@@ -8,6 +8,9 @@ Cases (one CTest entry each, -k test_NAME):
   bad_requests            400 with the field named in "param"; 404, 405, 413; no worker crashes
   overload_and_disconnect a full router answers 429 (the client's RateLimitError); a streamed
                           request whose client hangs up is aborted and its KV pages freed
+  unstreamed_disconnect   SmolLM2-135M-Instruct: an unstreamed request whose client times out
+                          and hangs up is aborted at once (not run to max_tokens), its KV pages
+                          freed, and counted as HTTP 499
   sigterm_drains          SIGTERM to the router: a running HTTP stream still completes, new
                           requests get 503, and the router exits 0
   api_key                 with --api-key, requests without the bearer token get 401 (the
@@ -248,6 +251,43 @@ class OpenAiHttpTest(cl.ClusterCase):
         ok = api.completions.create(model="m", prompt="Once", max_tokens=4, temperature=0)
         self.assertEqual(ok.usage.completion_tokens, 4)
 
+    def test_unstreamed_disconnect(self):
+        import openai
+        w = self.cluster.worker("--model", cl.smollm2_model(self))
+        r = self.cluster.router([w])
+        used = lambda: cl.metric(w.metrics(), "tinyserve_kv_pages_used")
+        running = lambda: cl.metric(w.metrics(), "tinyserve_requests_running") or 0
+        baseline = used()
+        # 4000 tokens take SmolLM2 far longer than the client waits: it gives up after 1.5 s.
+        api = openai.OpenAI(base_url=f"http://127.0.0.1:{r.http_port}/v1", api_key="unused",
+                            max_retries=0, timeout=1.5)
+        with self.assertRaises(openai.APITimeoutError):
+            api.completions.create(model="m", prompt="Once upon a time", max_tokens=4000,
+                                   temperature=0, extra_body={"ignore_eos": True})
+        hung_up = time.monotonic()
+        self.assertTrue(cl.wait_for(lambda: running() == 0, 10), "the request ran on")
+        self.assertLess(time.monotonic() - hung_up, 10)
+        self.assertTrue(cl.wait_for(lambda: used() == baseline, 10),
+                        f"kv pages used {used()} != baseline {baseline}")
+        wm = w.metrics()
+        self.assertEqual(cl.metric(wm, "tinyserve_requests_total", outcome="abort"), 1)
+        self.assertTrue(cl.wait_for(lambda: cl.metric(
+            r.metrics(), "tinyserve_http_requests_total", route="completions", code="499") == 1, 5))
+        # The chat route, a raw client that sends its request and closes the socket at once.
+        with socket.create_connection(("127.0.0.1", r.http_port)) as s:
+            body = json.dumps({"messages": [{"role": "user", "content": "Hi"}],
+                               "max_tokens": 4000, "ignore_eos": True}).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                      b"\r\n\r\n" + body)
+        self.assertTrue(cl.wait_for(lambda: cl.metric(
+            w.metrics(), "tinyserve_requests_total", outcome="abort") == 2, 10))
+        self.assertTrue(cl.wait_for(lambda: running() == 0 and used() == baseline, 10))
+        # The server is unharmed.
+        ok = client(r.http_port).completions.create(model="m", prompt="Once", max_tokens=4,
+                                                     temperature=0)
+        self.assertEqual(ok.usage.completion_tokens, 4)
+
     def test_sigterm_drains(self):
         import openai
         w = self.cluster.worker()
@@ -290,11 +330,7 @@ class OpenAiHttpTest(cl.ClusterCase):
                                    route="completions", code="401"), 1)
 
     def test_json_mode(self):
-        model = os.path.join(os.environ.get("TINYSERVE_CACHE") or
-                             os.path.expanduser("~/.cache/tinyserve"),
-                             "SmolLM2-135M-Instruct.Q4_1.gguf")
-        self.assertTrue(os.path.exists(model), f"{model} missing (scripts/fetch-model)")
-        w = self.cluster.worker("--model", model)
+        w = self.cluster.worker("--model", cl.smollm2_model(self))
         r = self.cluster.router([w])
         api = client(r.http_port)
         ask = [{"role": "user", "content": "Describe a person named Ada, aged 36, who speaks "

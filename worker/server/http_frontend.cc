@@ -1,9 +1,15 @@
 #include "worker/server/http_frontend.h"
 
+#include <arpa/inet.h>
 #include <civetweb.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <random>
@@ -52,14 +58,18 @@ class CallGroup {
     cv_.wait(lock, [this] { return remaining_ == 0; });
   }
 
-  // The next event; false once every call has ended and every event was taken.
-  bool Next(Event* event) {
+  enum class Wait { kEvent, kTimeout, kEnd };
+  // The next event, waiting at most `timeout`; kEnd once every call has ended and every event
+  // was taken.
+  Wait Next(Event* event, std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return !events_.empty() || remaining_ == 0; });
-    if (events_.empty()) return false;
+    if (!cv_.wait_for(lock, timeout, [this] { return !events_.empty() || remaining_ == 0; })) {
+      return Wait::kTimeout;
+    }
+    if (events_.empty()) return Wait::kEnd;
     *event = std::move(events_.front());
     events_.pop_front();
-    return true;
+    return Wait::kEvent;
   }
   void Cancel() {
     for (auto& call : calls_) call->context.TryCancel();
@@ -136,6 +146,64 @@ int SendError(mg_connection* conn, int http, const std::string& message, const c
 bool SendChunk(mg_connection* conn, const std::string& data) {
   return data.empty() || mg_send_chunk(conn, data.data(), static_cast<unsigned>(data.size())) > 0;
 }
+
+// The port and numeric address of a socket's local (peer = false) or remote end.
+bool EndOf(int fd, bool peer, int* port, std::string* address) {
+  sockaddr_storage sa{};
+  socklen_t len = sizeof(sa);
+  sockaddr* p = reinterpret_cast<sockaddr*>(&sa);
+  if ((peer ? getpeername(fd, p, &len) : getsockname(fd, p, &len)) != 0) return false;
+  char text[INET6_ADDRSTRLEN] = "";
+  if (sa.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&sa);
+    *port = ntohs(in->sin_port);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+  } else if (sa.ss_family == AF_INET6) {
+    const auto* in = reinterpret_cast<const sockaddr_in6*>(&sa);
+    *port = ntohs(in->sin6_port);
+    inet_ntop(AF_INET6, &in->sin6_addr, text, sizeof(text));
+  } else {
+    return false;
+  }
+  *address = text;
+  return true;
+}
+
+// The socket of an HTTP connection, or -1. civetweb does not expose it, so it is found among
+// the process's open files as the TCP socket with this request's local port and peer address
+// (unique while the request runs: civetweb owns the socket until the handler returns).
+int ConnectionSocket(const mg_request_info* ri) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    int port = 0;
+    std::string address;
+    if (!EndOf(static_cast<int>(fd), false, &port, &address) || port != ri->server_port) continue;
+    if (!EndOf(static_cast<int>(fd), true, &port, &address) || port != ri->remote_port ||
+        address != ri->remote_addr) {
+      continue;
+    }
+    found = static_cast<int>(fd);
+    break;
+  }
+  closedir(dir);
+  return found;
+}
+
+// Whether the client closed or reset its connection: a peek that finds the end of the stream
+// or an error, not data or nothing yet (a client waiting for its answer sends nothing).
+bool PeerClosed(int fd) {
+  char c;
+  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+// How often a request that is waiting for tokens checks that its client is still there.
+constexpr auto kDisconnectPoll = std::chrono::milliseconds(200);
 
 // A unary call to the in-process server: a deadline, and the API key (the HTTP request has
 // shown it already; the gRPC service checks it again).
@@ -339,8 +407,22 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
   const char* traceparent = mg_get_header(conn, "traceparent");
   CallGroup group(stub_.get(), parsed->calls, options_.api_key,
                   TraceContext::Parse(traceparent != nullptr ? traceparent : ""));
+  // A client that hangs up is noticed by a failed write when streaming, and by a look at its
+  // socket every kDisconnectPoll (an unstreamed answer, a queued or prefilling request writes
+  // nothing): its calls are cancelled, so the worker aborts them and frees their KV pages, as
+  // vLLM and TGI do.
+  const int sock = ConnectionSocket(mg_get_request_info(conn));
+  auto next_check = std::chrono::steady_clock::now() + kDisconnectPoll;
   CallGroup::Event e;
-  while (group.Next(&e)) {
+  for (CallGroup::Wait w; (w = group.Next(&e, kDisconnectPoll)) != CallGroup::Wait::kEnd;) {
+    if (sock >= 0 && !client_gone && std::chrono::steady_clock::now() >= next_check) {
+      next_check = std::chrono::steady_clock::now() + kDisconnectPoll;
+      if (PeerClosed(sock)) {
+        client_gone = true;
+        group.Cancel();
+      }
+    }
+    if (w == CallGroup::Wait::kTimeout) continue;
     std::string out;
     if (!e.done) {
       out = builder.OnResponse(e.index, e.response);
