@@ -9,6 +9,8 @@ import http.server
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -216,6 +218,30 @@ class TracingTest(cl.ClusterCase):
                            capture_output=True, text=True, timeout=30)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("--otlp-traces-endpoint", p.stderr)
+
+    def test_a_black_holed_collector_does_not_hold_up_shutdown(self):
+        # A listener whose accept queue is full drops new SYNs, as a firewalled collector does:
+        # a connect to it hangs. The worker's span post gives up in seconds, and SIGTERM still
+        # ends the worker promptly.
+        hole = socket.socket()
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(0)
+        port = hole.getsockname()[1]
+        fill = [socket.socket() for _ in range(8)]
+        for s in fill:
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+        try:
+            w = self.cluster.worker("--otlp-traces-endpoint", f"http://127.0.0.1:{port}/v1/traces")
+            self.assertEqual(generate(w.address).usage.completion_tokens, 8)
+            time.sleep(1.5)  # the exporter is now stuck connecting
+            start = time.monotonic()
+            w.kill(signal.SIGTERM)
+            self.assertEqual(w.wait(20), 0)
+            self.assertLess(time.monotonic() - start, 6)
+        finally:
+            for s in fill + [hole]:
+                s.close()
 
 
 if __name__ == "__main__":

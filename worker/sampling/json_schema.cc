@@ -355,6 +355,14 @@ enum StringPhase : uint8_t { kBody = 0, kEscape = 1, kUnicode = 2 };
 bool IsHex(unsigned char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
+unsigned HexValue(unsigned char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
+// String frames count characters (Frame::index) as JSON Schema does, in code points: an escaped
+// surrogate pair (\uD83D\uDE00) is one. Frame::mask holds the \u escape being read (bits 0-15),
+// kHighPending after an escaped high surrogate, and kLowRequired while the escape being read
+// fits maxLength only as that surrogate's second half.
+constexpr uint64_t kHighPending = uint64_t{1} << 16;
+constexpr uint64_t kLowRequired = uint64_t{1} << 17;
 
 // Integer frames of a bounded node: Frame::phase is 1 for a minus sign, Frame::mask the
 // magnitude so far (saturating far beyond any int64 bound).
@@ -505,25 +513,50 @@ bool SchemaRecognizer::Byte(unsigned char c) {
         case kBody:
           if (c == '"') return f.index >= static_cast<uint32_t>(n.min_items) && EndValue();
           if (c < 0x20) return false;
-          if ((c & 0xC0) != 0x80) {  // a character starts (an escape sequence is one)
+          if (c == '\\') {  // an escape is one character, unless it ends a surrogate pair
+            if (f.index >= static_cast<uint32_t>(n.max_items)) {
+              if (!(f.mask & kHighPending)) return false;
+              f.mask |= kLowRequired;  // only the pair's second half fits
+            }
+            ++f.index;
+            f.phase = kEscape;
+            return true;
+          }
+          f.mask = 0;
+          if ((c & 0xC0) != 0x80) {  // a character starts
             if (f.index >= static_cast<uint32_t>(n.max_items)) return false;
             ++f.index;
           }
-          if (c == '\\') f.phase = kEscape;
           return true;
         case kEscape:
           if (c == 'u') {
             f.phase = kUnicode;
             f.sub = 4;
+            f.mask &= kHighPending | kLowRequired;
             return true;
           }
+          if (f.mask & kLowRequired) return false;
+          f.mask = 0;
           f.phase = kBody;
           return c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
                  c == 'r' || c == 't';
-        default:
+        default: {
           if (!IsHex(c)) return false;
-          if (--f.sub == 0) f.phase = kBody;
+          const uint64_t unit = (f.mask & 0xFFFF) << 4 | HexValue(c);
+          // A required low surrogate is DC00..DFFF: its first two digits are D and C..F.
+          if ((f.mask & kLowRequired) &&
+              ((f.sub == 4 && unit != 0xD) || (f.sub == 3 && (unit < 0xDC || unit > 0xDF)))) {
+            return false;
+          }
+          f.mask = (f.mask & ~uint64_t{0xFFFF}) | unit;
+          if (--f.sub > 0) return true;
+          f.phase = kBody;
+          const bool high = unit >= 0xD800 && unit <= 0xDBFF;
+          const bool low = unit >= 0xDC00 && unit <= 0xDFFF;
+          if (low && (f.mask & kHighPending)) --f.index;  // one character with its first half
+          f.mask = high ? kHighPending : 0;
           return true;
+        }
       }
     case SchemaNode::Kind::kNumber:
     case SchemaNode::Kind::kInteger: {

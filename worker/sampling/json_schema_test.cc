@@ -271,6 +271,21 @@ TEST(JsonSchema, StringLengthsInCharacters) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(std::string(bad.status().message()).rfind("json_schema: minLength", 0), 0u);
   EXPECT_FALSE(JsonSchema::Compile(R"({"type": "string", "maxLength": -1})").ok());
+  // An escaped surrogate pair is one character (a code point), as Python and JSON Schema count.
+  const std::string pair = "\\ud83d\\uDE00";  // U+1F600
+  for (const std::string& ok :
+       std::vector<std::string>{"\"a" + pair + "\"", "\"" + pair + pair + pair + "\"",
+                                "\"\\ud83dx\"", "\"" + pair + "\\ud83d\\ud83d\""}) {
+    EXPECT_EQ(Check(*schema, ok), std::make_pair(true, true)) << ok;
+  }
+  EXPECT_FALSE(Check(*schema, "\"" + pair + "\"").first);  // one character: too short
+  EXPECT_FALSE(Check(*schema, "\"" + pair + pair + pair + pair).first);
+  // At maxLength, after a high surrogate, only its low half may follow.
+  EXPECT_TRUE(Check(*schema, "\"ab\\ud83d\\udc").first);
+  for (const char* bad :
+       {"\"ab\\ud83d\\n", "\"ab\\ud83d\\u00", "\"ab\\ud83d\\ud8", "\"ab\\ud83dx", "\"abc\\udc00"}) {
+    EXPECT_FALSE(Check(*schema, bad).first) << bad;
+  }
   // A model that would go on writing "aaaa" is steered to close the string at 5 characters.
   auto five = MustCompile(R"({"type": "string", "maxLength": 5})");
   // Tokens <eos>, '"', "aaaa", "a"; the model prefers "aaaa", then "a", then the quote.

@@ -4,6 +4,7 @@
 #include "worker/server/api_util.h"
 #include "worker/server/block_hash.h"
 #include "worker/server/prefix_lru.h"
+#include "worker/server/rpc_security.h"
 #include "worker/server/status_convert.h"
 
 namespace tinyserve {
@@ -91,6 +92,16 @@ TEST(StatusConvert, KeepsCodeAndMessage) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(s.error_message(), "queue full");
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+TEST(SameSecret, EqualOnlyForEqualStrings) {
+  EXPECT_TRUE(SameSecret("Bearer k3y", "Bearer k3y"));
+  EXPECT_TRUE(SameSecret("", ""));
+  EXPECT_FALSE(SameSecret("Bearer k3y", "Bearer k3z"));
+  EXPECT_FALSE(SameSecret("Bearer k3y", "Bearer k3"));  // a prefix
+  EXPECT_FALSE(SameSecret("Bearer k3y", "Bearer k3y "));
+  EXPECT_FALSE(SameSecret("", "x"));
+  EXPECT_FALSE(SameSecret(std::string("a\0b", 3), std::string("a\0c", 3)));
 }
 
 }  // namespace

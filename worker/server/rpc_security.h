@@ -58,7 +58,8 @@ void ApplyClientTls(const ClientTls& tls, grpc::ChannelArguments* args);
 grpc::Status CheckApiKey(const grpc::ServerContextBase& context, const std::string& api_key);
 // Adds "authorization: Bearer <api_key>" to a call (nothing when api_key is empty).
 void AttachApiKey(const std::string& api_key, grpc::ClientContext* context);
-// Equality whose time depends only on the lengths (no early exit on the first difference).
+// Equality whose time shows neither where the strings differ nor whether their lengths do (it
+// compares SHA-256 digests in constant time).
 bool SameSecret(std::string_view a, std::string_view b);
 
 // A plaintext gRPC server on host:port that serves grpc.health.v1 only; its statuses are set

@@ -1,9 +1,15 @@
 #include "worker/server/tracing.h"
 
-#include <civetweb.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/numbers.h"
@@ -178,6 +184,9 @@ absl::StatusOr<std::unique_ptr<Tracer>> Tracer::Create(const TracerOptions& opti
       slash == std::string::npos || slash + 1 == rest.size() ? "/v1/traces" : rest.substr(slash);
   const size_t colon = authority.rfind(':');
   t->host_ = authority.substr(0, colon);
+  if (t->host_.size() > 2 && t->host_.front() == '[' && t->host_.back() == ']') {
+    t->host_ = t->host_.substr(1, t->host_.size() - 2);  // an IPv6 literal
+  }
   t->port_ = 80;
   if (colon != std::string::npos && (!absl::SimpleAtoi(authority.substr(colon + 1), &t->port_) ||
                                      t->port_ <= 0 || t->port_ > 65535)) {
@@ -189,7 +198,6 @@ absl::StatusOr<std::unique_ptr<Tracer>> Tracer::Create(const TracerOptions& opti
 }
 
 Tracer::Tracer(const TracerOptions& options) : options_(options) {
-  mg_init_library(0);
   json attrs = json::array({Attribute("service.name", {{"stringValue", options.service_name}}),
                             Attribute("telemetry.sdk.name", {{"stringValue", "tinyserve"}}),
                             Attribute("telemetry.sdk.language", {{"stringValue", "cpp"}})});
@@ -205,7 +213,6 @@ Tracer::~Tracer() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  mg_exit_library();
 }
 
 bool Tracer::Sample(const TraceContext& parent) {
@@ -257,6 +264,11 @@ void Tracer::Loop() {
     }
     std::vector<json> batch;
     batch.swap(queue_);
+    if (stop_ && !last_post_ok_) {  // shutting down, and the collector was not there just now
+      dropped_ += static_cast<int64_t>(batch.size());
+      if (dropped_counter_ != nullptr) dropped_counter_->Increment(batch.size());
+      return;
+    }
     lock.unlock();
     const int64_t n = static_cast<int64_t>(batch.size());
     const json body = {
@@ -270,6 +282,7 @@ void Tracer::Loop() {
     std::string error;
     const bool ok = Post(body.dump(-1, ' ', false, json::error_handler_t::replace), &error);
     lock.lock();
+    last_post_ok_ = ok;
     if (ok) {
       exported_ += n;
       if (exported_counter_ != nullptr) exported_counter_->Increment(static_cast<double>(n));
@@ -285,29 +298,107 @@ void Tracer::Loop() {
   }
 }
 
+namespace {
+
+constexpr int kConnectTimeoutMs = 2000;
+constexpr int kIoTimeoutMs = 5000;
+
+// A connected TCP socket to `a` within kConnectTimeoutMs, or -1 with `error` set.
+int ConnectWithin(const addrinfo* a, std::string* error) {
+  const int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = absl::StrCat("socket: ", std::strerror(errno));
+    return -1;
+  }
+  int err = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    const int n = poll(&p, 1, kConnectTimeoutMs);
+    socklen_t len = sizeof(err);
+    if (n == 0) {
+      err = ETIMEDOUT;
+    } else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+      err = errno;
+    }
+  }
+  if (err != 0) {
+    *error = absl::StrCat("connect: ", std::strerror(err));
+    close(fd);
+    return -1;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const timeval io{kIoTimeoutMs / 1000, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &io, sizeof(io));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &io, sizeof(io));
+  return fd;
+}
+
+}  // namespace
+
+// One POST on a fresh connection, every step bounded: connecting kConnectTimeoutMs, each send or
+// receive kIoTimeoutMs; so a black-holed or stalled collector neither blocks the exporter long
+// nor holds up shutdown. Only the status line is read (Connection: close).
 bool Tracer::Post(const std::string& body, std::string* error) {
-  char ebuf[256] = {0};
-  mg_connection* conn = mg_connect_client(host_.c_str(), port_, 0, ebuf, sizeof(ebuf));
-  if (conn == nullptr) {
-    *error = ebuf[0] ? ebuf : "cannot connect";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &found);
+  if (rc != 0) {
+    *error = absl::StrCat("resolving ", host_, ": ", gai_strerror(rc));
     return false;
   }
-  mg_printf(conn,
-            "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
-            "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-            path_.c_str(), host_.c_str(), port_, body.size());
-  bool ok = mg_write(conn, body.data(), body.size()) == static_cast<int>(body.size());
-  int status = -1;
-  // The status line is all that matters: the body is not read (Connection: close), so a collector
-  // that stalls after its headers costs nothing.
-  if (ok && mg_get_response(conn, ebuf, sizeof(ebuf), 5000) >= 0) {
-    const mg_response_info* ri = mg_get_response_info(conn);
-    if (ri != nullptr) status = ri->status_code;
+  int fd = -1;
+  for (const addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ConnectWithin(a, error);
   }
-  mg_close_connection(conn);
-  ok = ok && status >= 200 && status < 300;
-  if (!ok) *error = status > 0 ? absl::StrCat("HTTP ", status) : std::string(ebuf);
-  return ok;
+  freeaddrinfo(found);
+  if (fd < 0) return false;
+  const std::string request =
+      absl::StrCat("POST ", path_, " HTTP/1.1\r\nHost: ", host_, ":", port_,
+                   "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+                   "\r\nConnection: close\r\n\r\n", body);
+  bool ok = true;
+  for (size_t sent = 0; ok && sent < request.size();) {
+    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      *error = absl::StrCat("send: ", n < 0 ? std::strerror(errno) : "closed");
+      ok = false;
+    }
+  }
+  // "HTTP/1.1 200 OK\r\n": the status is the three digits after the first space.
+  std::string head;
+  while (ok && head.find("\r\n") == std::string::npos && head.size() < 256) {
+    char buf[256];
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      head.append(buf, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      *error = n == 0 ? "the collector closed the connection without an answer"
+                      : absl::StrCat("no answer: ", std::strerror(errno));
+      ok = false;
+    }
+  }
+  close(fd);
+  if (!ok) return false;
+  const size_t space = head.find(' ');
+  int status = 0;
+  if (head.compare(0, 5, "HTTP/") != 0 || space == std::string::npos ||
+      !absl::SimpleAtoi(head.substr(space + 1, 3), &status)) {
+    *error = "not an HTTP answer";
+    return false;
+  }
+  if (status < 200 || status >= 300) {
+    *error = absl::StrCat("HTTP ", status);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace tinyserve

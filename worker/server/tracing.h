@@ -96,7 +96,9 @@ class Tracer {
   // nullptr (and OK) when options.endpoint is empty. INVALID_ARGUMENT naming
   // --otlp-traces-endpoint for a URL it cannot post to (only http:// is supported).
   static absl::StatusOr<std::unique_ptr<Tracer>> Create(const TracerOptions& options);
-  ~Tracer();  // posts what is queued (a collector's answer is awaited 5 s at most), then stops
+  // Posts what is queued, unless the last post failed (a post takes 12 s at most: connecting 2 s,
+  // sending and the answer 5 s each), then stops.
+  ~Tracer();
 
   bool Sample(const TraceContext& parent);
   int64_t exported() const;  // spans the endpoint accepted
@@ -123,6 +125,7 @@ class Tracer {
   prometheus::Counter* exported_counter_ = nullptr;  // set before spans flow (BindMetrics)
   prometheus::Counter* dropped_counter_ = nullptr;
   double last_error_log_ = -1e9;
+  bool last_post_ok_ = true;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 
