@@ -108,8 +108,9 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   GenerateRequest req;
   req.request_id = "cli";
   if (chat) {
-    const std::string text = RenderChat(tok.data(), {{"user", prompt}}, true);
-    req.prompt_ids = tok.Encode(text, /*parse_special=*/true, /*add_bos=*/false);
+    absl::StatusOr<std::string> text = RenderChat(tok.data(), {{"user", prompt}}, true);
+    if (!text.ok()) return FailWith(std::string(text.status().message()));
+    req.prompt_ids = tok.Encode(*text, /*parse_special=*/true, /*add_bos=*/false);
   } else {
     req.prompt_ids = tok.Encode(prompt, /*parse_special=*/false, tok.data().add_bos);
   }

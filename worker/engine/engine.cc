@@ -1018,6 +1018,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
                << (options.device == "cpu"
                        ? " (kernels: " + std::string(CpuIsaName(ActiveCpuIsa())) + ")"
                        : std::string());
+  if (absl::Status s = CheckChatTemplate(impl->tok->data()); !s.ok()) {
+    TS_LOG(WARNING) << s.message() << "; chat prompts are rendered as plain ChatML";
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

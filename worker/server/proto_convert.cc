@@ -80,8 +80,12 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
         }
         chat.push_back({messages[i].role(), messages[i].content()});
       }
-      const std::string rendered = RenderChat(tokenizer.data(), chat, true);
-      out.prompt_ids = tokenizer.Encode(rendered, /*parse_special=*/true, /*add_bos=*/false);
+      absl::StatusOr<std::string> rendered = RenderChat(tokenizer.data(), chat, true);
+      if (!rendered.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chat.messages: ", rendered.status().message()));
+      }
+      out.prompt_ids = tokenizer.Encode(*rendered, /*parse_special=*/true, /*add_bos=*/false);
       break;
     }
     default:

@@ -1,36 +1,64 @@
 // File: worker/tokenizer/chat_template.cc
-// RenderChat (declared in tokenizer.h): ChatML, as SmolLM2-Instruct's template renders it
-// (model-formats.md §1.3):
-//   [<|im_start|>system\n{default system}<|im_end|>\n]   when the template carries a default
-//                                                       system turn and messages[0] is not
-//                                                       a system message
-//   <|im_start|>{role}\n{content}<|im_end|>\n            per message
-//   <|im_start|>assistant\n                             when add_generation_prompt
-// Any other template is rendered as plain ChatML (no default system turn).
+// RenderChat (declared in tokenizer.h): the model's own chat template, rendered by
+// worker/tokenizer/jinja.cc as transformers' apply_chat_template renders it (variables
+// messages, add_generation_prompt, bos_token, eos_token). A model without a template, or with
+// one outside the Jinja subset, gets plain ChatML:
+//   <|im_start|>{role}\n{content}<|im_end|>\n   per message
+//   <|im_start|>assistant\n                    when add_generation_prompt
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "nlohmann/json.hpp"
+#include "worker/tokenizer/jinja.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace tinyserve {
 namespace {
 
-constexpr std::string_view kSmolLmSystem =
-    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+std::string TokenText(const TokenizerData& data, int32_t id) {
+  return id >= 0 && id < static_cast<int32_t>(data.tokens.size()) ? data.tokens[id] : "";
+}
 
-void AppendTurn(std::string_view role, std::string_view content, std::string* out) {
-  out->append("<|im_start|>").append(role).append("\n");
-  out->append(content).append("<|im_end|>\n");
+std::string PlainChatMl(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    out.append("<|im_start|>").append(m.role).append("\n").append(m.content).append("<|im_end|>\n");
+  }
+  if (add_generation_prompt) out.append("<|im_start|>assistant\n");
+  return out;
 }
 
 }  // namespace
 
-std::string RenderChat(const TokenizerData& data, const std::vector<ChatMessage>& messages,
-                       bool add_generation_prompt) {
-  std::string out;
-  const bool default_system = data.chat_template.find(kSmolLmSystem) != std::string::npos;
-  if (default_system && !messages.empty() && messages[0].role != "system") {
-    AppendTurn("system", kSmolLmSystem, &out);
+absl::Status CheckChatTemplate(const TokenizerData& data) {
+  if (data.chat_template.empty()) return absl::OkStatus();
+  return jinja::Template::Parse(data.chat_template).status();
+}
+
+absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
+                                       const std::vector<ChatMessage>& messages,
+                                       bool add_generation_prompt) {
+  if (data.chat_template.empty()) return PlainChatMl(messages, add_generation_prompt);
+  absl::StatusOr<jinja::Template> t = jinja::Template::Parse(data.chat_template);
+  if (!t.ok()) {
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      TS_LOG(WARNING) << t.status().message() << "; chat prompts are rendered as plain ChatML";
+    }
+    return PlainChatMl(messages, add_generation_prompt);
   }
-  for (const ChatMessage& m : messages) AppendTurn(m.role, m.content, &out);
-  if (add_generation_prompt) out.append("<|im_start|>assistant\n");
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  const nlohmann::ordered_json variables = {{"messages", std::move(list)},
+                                            {"add_generation_prompt", add_generation_prompt},
+                                            {"bos_token", TokenText(data, data.bos_id)},
+                                            {"eos_token", TokenText(data, data.eos_id)}};
+  absl::StatusOr<std::string> out = t->Render(variables);
+  if (!out.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model's chat template refused the messages: ", out.status().message()));
+  }
   return out;
 }
 

@@ -1,9 +1,84 @@
 // File: worker/tokenizer/chat_template_test.cc
+// RenderChat and the Jinja subset: every case of tests/golden/chat/chat_templates.json (real
+// models' templates rendered by transformers, scripts/make_chat_goldens.py) byte for byte, and
+// what happens to templates outside the subset or refusing their messages.
+#include <fstream>
+#include <sstream>
+#include <string>
+
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "worker/tokenizer/jinja.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace tinyserve {
 namespace {
+
+using json = nlohmann::ordered_json;
+
+TEST(JinjaGolden, EveryCaseMatchesTransformers) {
+  std::ifstream in("tests/golden/chat/chat_templates.json");
+  ASSERT_TRUE(in) << "tests/golden/chat/chat_templates.json (run from the repository root)";
+  std::stringstream text;
+  text << in.rdbuf();
+  const json golden = json::parse(text.str());
+  int rendered = 0, refused = 0;
+  for (const json& c : golden["cases"]) {
+    const std::string name = c["template"].get<std::string>();
+    const std::string where = name + " / " + c["conversation"].get<std::string>() +
+                              (c["variables"]["add_generation_prompt"].get<bool>() ? " +gen" : "") +
+                              (c["variables"].contains("tools") ? " +tools" : "");
+    auto t = jinja::Template::Parse(golden["templates"][name].get<std::string>());
+    ASSERT_TRUE(t.ok()) << where << ": " << t.status();
+    auto out = t->Render(c["variables"]);
+    if (c.contains("error")) {
+      ASSERT_FALSE(out.ok()) << where << " rendered: " << *out;
+      EXPECT_EQ(out.status().message(), c["error"].get<std::string>()) << where;
+      ++refused;
+    } else {
+      ASSERT_TRUE(out.ok()) << where << ": " << out.status();
+      EXPECT_EQ(*out, c["rendered"].get<std::string>()) << where;
+      ++rendered;
+    }
+  }
+  EXPECT_GT(rendered, 100);
+  EXPECT_GT(refused, 10);
+}
+
+TEST(Jinja, RefusesWhatItDoesNotImplementNamingIt) {
+  for (const auto& [source, named] : std::vector<std::pair<std::string, std::string>>{
+           {"{% macro f(x) %}{{ x }}{% endmacro %}", "macro"},
+           {"{{ x | wordwrap }}", "wordwrap"},
+           {"{{ x is callable }}", "callable"},
+           {"{% for x in y recursive %}{% endfor %}", "recursive"},
+           {"{% if x %}never closed", "endif"},
+           {"{{ 'unclosed }}", "unclosed string"},
+           {"{{ x ", "unclosed tag"},
+           {"{{ a b }}", "expected '}}'"}}) {
+    auto t = jinja::Template::Parse(source);
+    ASSERT_FALSE(t.ok()) << source;
+    EXPECT_NE(std::string(t.status().message()).find(named), std::string::npos)
+        << source << " -> " << t.status();
+  }
+  std::string deep;
+  for (int i = 0; i < 1000; ++i) deep += "(";
+  EXPECT_FALSE(jinja::Template::Parse("{{ " + deep + " }}").ok());  // no stack overflow
+}
+
+TEST(Jinja, RuntimeErrorsAndRunawayTemplatesAreStatuses) {
+  auto loop = jinja::Template::Parse(
+      "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}");
+  ASSERT_TRUE(loop.ok());
+  auto out = loop->Render(json::object());
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(std::string(out.status().message()).find("too long"), std::string::npos);
+  auto bad = jinja::Template::Parse("{{ 'a' + 1 }}");
+  ASSERT_TRUE(bad.ok());
+  EXPECT_FALSE(bad->Render(json::object()).ok());
+  auto undefined_ok = jinja::Template::Parse("[{{ nothing }}][{{ nothing.attr }}]");
+  ASSERT_TRUE(undefined_ok.ok());
+  EXPECT_EQ(*undefined_ok->Render(json::object()), "[][]");
+}
 
 constexpr char kSmolLm2Template[] =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -16,25 +91,40 @@ TEST(RenderChat, SmolLm2DefaultSystemTurn) {
   TokenizerData data;
   data.chat_template = kSmolLm2Template;
   // model-formats.md §1.3.
-  EXPECT_EQ(RenderChat(data, {{"user", "Hi"}}, true),
+  EXPECT_EQ(*RenderChat(data, {{"user", "Hi"}}, true),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-}
-
-TEST(RenderChat, ExplicitSystemReplacesDefault) {
-  TokenizerData data;
-  data.chat_template = kSmolLm2Template;
   EXPECT_EQ(
-      RenderChat(data, {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}}, false),
+      *RenderChat(data, {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}}, false),
       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
       "<|im_start|>assistant\nHello<|im_end|>\n");
 }
 
-TEST(RenderChat, PlainChatMlWithoutTemplate) {
+TEST(RenderChat, TheTemplatesTokensAndRefusals) {
   TokenizerData data;
-  EXPECT_EQ(RenderChat(data, {{"user", "Hi"}}, true),
+  data.tokens = {"<unk>", "<s>", "</s>"};
+  data.bos_id = 1;
+  data.eos_id = 2;
+  data.chat_template =
+      "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}"
+      "{{ raise_exception('no system turns') }}{% endif %}[{{ m.role }}] {{ m.content }}"
+      "{{ eos_token }}{% endfor %}";
+  EXPECT_EQ(*RenderChat(data, {{"user", "Hi"}}, true), "<s>[user] Hi</s>");
+  auto refused = RenderChat(data, {{"system", "x"}}, true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(refused.status().message()).find("no system turns"), std::string::npos);
+}
+
+TEST(RenderChat, PlainChatMlWithoutATemplateOrOutsideTheSubset) {
+  TokenizerData data;
+  EXPECT_TRUE(CheckChatTemplate(data).ok());
+  EXPECT_EQ(*RenderChat(data, {{"user", "Hi"}}, true),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(RenderChat(data, {}, false), "");
+  EXPECT_EQ(*RenderChat(data, {}, false), "");
+  data.chat_template = "{% macro turn(m) %}{{ m }}{% endmacro %}";
+  EXPECT_FALSE(CheckChatTemplate(data).ok());
+  EXPECT_EQ(*RenderChat(data, {{"user", "Hi"}}, false), "<|im_start|>user\nHi<|im_end|>\n");
 }
 
 }  // namespace

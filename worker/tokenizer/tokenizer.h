@@ -76,11 +76,16 @@ struct ChatMessage {
   std::string content;
 };
 
-// Renders messages with the model's chat template. Supports ChatML (SmolLM2-Instruct's
-// template, with its default system turn) and templates that are recognisably ChatML; other
-// templates fall back to plain ChatML. add_generation_prompt appends the assistant header.
-std::string RenderChat(const TokenizerData& data, const std::vector<ChatMessage>& messages,
-                       bool add_generation_prompt);
+// Renders messages with the model's chat template (a Jinja subset, worker/tokenizer/jinja.h,
+// as transformers' apply_chat_template renders it: messages, add_generation_prompt, bos_token,
+// eos_token); plain ChatML when the model has no template or one outside the subset (logged
+// once). INVALID_ARGUMENT when the template refuses the messages (its raise_exception, e.g.
+// roles that do not alternate). add_generation_prompt: the template's assistant header.
+absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
+                                       const std::vector<ChatMessage>& messages,
+                                       bool add_generation_prompt);
+// OK when the model's chat template is empty or within the Jinja subset; else why not.
+absl::Status CheckChatTemplate(const TokenizerData& data);
 
 // Accumulates token bytes and releases only complete UTF-8 sequences, for streaming output.
 class Utf8StreamDecoder {

@@ -127,8 +127,10 @@ TEST_P(TokenizerGoldenTest, ChatRenderingMatchesTemplate) {
   for (const json& m : chat["messages"]) {
     messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }
-  const std::string text =
+  const absl::StatusOr<std::string> rendered =
       RenderChat(tok().data(), messages, chat["add_generation_prompt"].get<bool>());
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  const std::string& text = *rendered;
   EXPECT_EQ(text, chat["text"].get<std::string>());
   EXPECT_THAT(tok().Encode(text, /*parse_special=*/true, /*add_bos=*/false),
               ElementsAreArray(chat["ids"].get<std::vector<int32_t>>()));

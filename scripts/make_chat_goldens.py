@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Writes tests/golden/chat/chat_templates.json: real models' chat templates rendered by Hugging
+Face transformers (the Jinja2 environment apply_chat_template uses), for TinyServe's own Jinja
+renderer (worker/tokenizer/jinja.cc) to match byte for byte (chat_template_golden_test).
+
+Each template below is a model's `chat_template` as published in its tokenizer_config.json
+(and as llama.cpp's tests/test-chat-template.cpp and GGUF files carry it). Each is rendered for
+every conversation (with and without the generation prompt; the tool list only where a template
+reads it); a template that raises (raise_exception) records its message instead.
+
+Usage: .venv/bin/python scripts/make_chat_goldens.py [--out tests/golden/chat/chat_templates.json]
+"""
+import argparse
+import json
+import os
+
+from transformers.utils.chat_template_utils import _compile_jinja_template
+
+TEMPLATES = [
+    # HuggingFaceTB/SmolLM2-135M-Instruct (the default model; also in its GGUF).
+    ("SmolLM2-Instruct", "", "<|im_end|>",
+     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+     "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+     "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+     "{{ '<|im_start|>assistant\n' }}{% endif %}"),
+    # teknium/OpenHermes-2.5-Mistral-7B: plain ChatML.
+    ("ChatML", "", "",
+     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+     "{{ '<|im_start|>assistant\\n' }}{% endif %}"),
+    # TinyLlama/TinyLlama-1.1B-Chat-v1.0 (Zephyr's): one tag per line, trim_blocks at work.
+    ("TinyLlama-1.1B-Chat-v1.0", "<s>", "</s>",
+     "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + "
+     "message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n"
+     "{{ '<|system|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == "
+     "'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n"
+     "{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n"
+     "{% endfor %}"),
+    # meta-llama/Llama-2-7b-chat-hf.
+    ("Llama-2-chat", "<s>", "</s>",
+     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+     "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = "
+     "messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+     "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception("
+     "'Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+     "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + "
+     "system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = "
+     "message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + "
+     "'[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+     "{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"),
+    # mistralai/Mistral-7B-Instruct-v0.2 (the old one without a system turn: raises on one).
+    ("Mistral-7B-Instruct-v0.2", "<s>", "</s>",
+     "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+     "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+     "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}"
+     "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == "
+     "'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only "
+     "user and assistant roles are supported!') }}{% endif %}{% endfor %}"),
+    # mistralai's "v1" template with a system prompt: whitespace control, `is defined`.
+    ("Mistral-v1", "<s>", "</s>",
+     "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = "
+     "messages[0]['content'] %}\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n"
+     "    {%- set loop_messages = messages %}\n{%- endif %}\n\n{{- bos_token }}\n{%- for "
+     "message in loop_messages %}\n    {%- if (message['role'] == 'user') != (loop.index0 % 2 "
+     "== 0) %}\n        {{- raise_exception('After the optional system message, conversation "
+     "roles must alternate user/assistant/user/assistant/...') }}\n    {%- endif %}\n    "
+     "{%- if message['role'] == 'user' %}\n        {%- if loop.first and system_message is "
+     "defined %}\n            {{- ' [INST] ' + system_message + '\\n\\n' + message['content'] "
+     "+ ' [/INST]' }}\n        {%- else %}\n            {{- ' [INST] ' + message['content'] + "
+     "' [/INST]' }}\n        {%- endif %}\n    {%- elif message['role'] == 'assistant' %}\n"
+     "        {{- ' ' + message['content'] + eos_token}}\n    {%- else %}\n        "
+     "{{- raise_exception('Only user and assistant roles are supported, with the exception "
+     "of an initial optional system message!') }}\n    {%- endif %}\n{%- endfor %}\n"),
+    # mistralai/Mistral-Large-Instruct-2407 ("v3"): selectattr, namespace, tools with tojson.
+    ("Mistral-v3", "<s>", "</s>",
+     "{%- if messages[0][\"role\"] == \"system\" %}\n    {%- set system_message = "
+     "messages[0][\"content\"] %}\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n"
+     "    {%- set loop_messages = messages %}\n{%- endif %}\n{%- if not tools is defined %}\n"
+     "    {%- set tools = none %}\n{%- endif %}\n{%- set user_messages = loop_messages | "
+     "selectattr(\"role\", \"equalto\", \"user\") | list %}\n\n{#- This block checks for "
+     "alternating user/assistant messages, skipping tool calling messages #}\n{%- set ns = "
+     "namespace() %}\n{%- set ns.index = 0 %}\n{%- for message in loop_messages %}\n    "
+     "{%- if not (message.role == \"tool\" or message.role == \"tool_results\" or "
+     "(message.tool_calls is defined and message.tool_calls is not none)) %}\n        "
+     "{%- if (message[\"role\"] == \"user\") != (ns.index % 2 == 0) %}\n            "
+     "{{- raise_exception(\"After the optional system message, conversation roles must "
+     "alternate user/assistant/user/assistant/...\") }}\n        {%- endif %}\n        "
+     "{%- set ns.index = ns.index + 1 %}\n    {%- endif %}\n{%- endfor %}\n\n{{- bos_token }}\n"
+     "{%- for message in loop_messages %}\n    {%- if message[\"role\"] == \"user\" %}\n"
+     "        {%- if tools is not none and (message == user_messages[-1]) %}\n            "
+     "{{- \"[AVAILABLE_TOOLS] [\" }}\n            {%- for tool in tools %}\n                "
+     "{%- set tool = tool.function %}\n                {{- '{\"type\": \"function\", "
+     "\"function\": {' }}\n                {%- for key, val in tool.items() if key != "
+     "\"return\" %}\n                    {%- if val is string %}\n                        "
+     "{{- '\"' + key + '\": \"' + val + '\"' }}\n                    {%- else %}\n"
+     "                        {{- '\"' + key + '\": ' + val|tojson }}\n                    "
+     "{%- endif %}\n                    {%- if not loop.last %}\n                        "
+     "{{- \", \" }}\n                    {%- endif %}\n                {%- endfor %}\n"
+     "                {{- \"}}\" }}\n                {%- if not loop.last %}\n"
+     "                    {{- \", \" }}\n                {%- else %}\n                    "
+     "{{- \"]\" }}\n                {%- endif %}\n            {%- endfor %}\n            "
+     "{{- \"[/AVAILABLE_TOOLS]\" }}\n            {%- endif %}\n        {%- if loop.last and "
+     "system_message is defined %}\n            {{- \"[INST] \" + system_message + \"\\n\\n\" "
+     "+ message[\"content\"] + \"[/INST]\" }}\n        {%- else %}\n            "
+     "{{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}\n        {%- endif %}\n    "
+     "{%- elif message[\"role\"] == \"assistant\" %}\n        {{- \" \" + "
+     "message[\"content\"]|trim + eos_token}}\n    {%- else %}\n        "
+     "{{- raise_exception(\"Only user and assistant roles are supported, with the exception "
+     "of an initial optional system message!\") }}\n    {%- endif %}\n{%- endfor %}\n"),
+    # TheBloke/FusionNet_34Bx2_MoE-AWQ: range over messages|length, -%} everywhere.
+    ("FusionNet", "<s>", "</s>",
+     "{%- for idx in range(0, messages|length) -%}\n{%- if messages[idx]['role'] == 'user' "
+     "-%}\n{%- if idx > 1 -%}\n{{- bos_token + '[INST] ' + messages[idx]['content'] + "
+     "' [/INST]' -}}\n{%- else -%}\n{{- messages[idx]['content'] + ' [/INST]' -}}\n"
+     "{%- endif -%}\n{% elif messages[idx]['role'] == 'system' %}\n{{- '[INST] <<SYS>>\\n' "
+     "+ messages[idx]['content'] + '\\n<</SYS>>\\n\\n' -}}\n{%- elif messages[idx]['role'] == "
+     "'assistant' -%}\n{{- ' '  + messages[idx]['content'] + ' ' + eos_token -}}\n{% endif %}\n"
+     "{% endfor %}"),
+    # google/gemma-7b-it: a filter binding tighter than +.
+    ("gemma-7b-it", "<bos>", "<eos>",
+     "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') "
+     "}}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != "
+     "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+     "user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') "
+     "%}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+     "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+     "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"),
+    # openchat/openchat-3.5-0106: str.title().
+    ("openchat-3.5", "<s>", "<|end_of_turn|>",
+     "{{ bos_token }}{% for message in messages %}{{ 'GPT4 Correct ' + "
+     "message['role'].title() + ': ' + message['content'] + '<|end_of_turn|>'}}{% endfor %}"
+     "{% if add_generation_prompt %}{{ 'GPT4 Correct Assistant:' }}{% endif %}"),
+    # deepseek-ai/deepseek-coder-33b-instruct: namespace, `not x is defined`, mixed trims.
+    ("deepseek-coder-instruct", "<｜begin▁of▁sentence｜>", "<|EOT|>",
+     "{% if not add_generation_prompt is defined %}\n{% set add_generation_prompt = false %}\n"
+     "{% endif %}\n{%- set ns = namespace(found=false) -%}\n{%- for message in messages -%}\n"
+     "    {%- if message['role'] == 'system' -%}\n        {%- set ns.found = true -%}\n"
+     "    {%- endif -%}\n{%- endfor -%}\n{{bos_token}}{%- if not ns.found -%}\n{{'You are an AI "
+     "programming assistant, utilizing the Deepseek Coder model, developed by Deepseek "
+     "Company, and you only answer questions related to computer science. For politically "
+     "sensitive questions, security and privacy issues, and other non-computer science "
+     "questions, you will refuse to answer\\n'}}\n{%- endif %}\n{%- for message in messages %}\n"
+     "    {%- if message['role'] == 'system' %}\n{{ message['content'] }}\n    {%- else %}\n"
+     "        {%- if message['role'] == 'user' %}\n{{'### Instruction:\\n' + "
+     "message['content'] + '\\n'}}\n        {%- else %}\n{{'### Response:\\n' + "
+     "message['content'] + '\\n<|EOT|>\\n'}}\n        {%- endif %}\n    {%- endif %}\n"
+     "{%- endfor %}\n{% if add_generation_prompt %}\n{{'### Response:'}}\n{% endif %}"),
+    # meta-llama/Meta-Llama-3-8B-Instruct: set, trim, bos on the first turn.
+    ("Llama-3-Instruct", "<|begin_of_text|>", "<|eot_id|>",
+     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+     "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | "
+     "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+     "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+     "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"),
+    # microsoft/Phi-3-vision-128k-instruct: messages[-1], {{- -}}.
+    ("Phi-3-vision", "<s>", "<|endoftext|>",
+     "{% for message in messages %}{{'<|' + message['role'] + '|>' + '\n' + "
+     "message['content'] + '<|end|>\n' }}{% endfor %}{% if add_generation_prompt and "
+     "messages[-1]['role'] != 'assistant' %}{{- '<|assistant|>\n' -}}{% endif %}"),
+    # ibm-granite/granite-3.0-8b-instruct: tools with tojson(indent=4), loop.last.
+    ("granite-3.0-instruct", "<|end_of_text|>", "<|end_of_text|>",
+     "{%- if tools %}\n    {{- '<|start_of_role|>available_tools<|end_of_role|>\n' }}\n"
+     "    {%- for tool in tools %}\n    {{- tool | tojson(indent=4) }}\n    {%- if not "
+     "loop.last %}\n        {{- '\n\n' }}\n    {%- endif %}\n    {%- endfor %}\n    "
+     "{{- '<|end_of_text|>\n' }}\n{%- endif %}\n{%- for message in messages %}\n    {%- if "
+     "message['role'] == 'system' %}\n    {{- '<|start_of_role|>system<|end_of_role|>' + "
+     "message['content'] + '<|end_of_text|>\n' }}\n    {%- elif message['role'] == 'user' %}\n"
+     "    {{- '<|start_of_role|>user<|end_of_role|>' + message['content'] + "
+     "'<|end_of_text|>\n' }}\n    {%- elif message['role'] == 'assistant' %}\n    "
+     "{{- '<|start_of_role|>assistant<|end_of_role|>'  + message['content'] + "
+     "'<|end_of_text|>\n' }}\n    {%- endif %}\n    {%- if loop.last and "
+     "add_generation_prompt %}\n    {{- '<|start_of_role|>assistant<|end_of_role|>' }}\n"
+     "    {%- endif %}\n{%- endfor %}"),
+    # CohereForAI/c4ai-command-r-plus: str.strip(), `elif false == true`.
+    ("command-r", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>",
+     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set loop_messages = "
+     "messages[1:] %}{% set system_message = messages[0]['content'] %}{% elif false == true %}"
+     "{% set loop_messages = messages %}{% set system_message = 'You are Command-R, a "
+     "brilliant, sophisticated, AI-assistant trained to assist human users by providing "
+     "thorough responses. You are trained by Cohere.' %}{% else %}{% set loop_messages = "
+     "messages %}{% set system_message = false %}{% endif %}{% if system_message != false %}"
+     "{{ '<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>' + system_message + '<|END_OF_TURN_TOKEN|>' }}"
+     "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != "
+     "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+     "user/assistant/user/assistant/...') }}{% endif %}{% set content = message['content'] %}"
+     "{% if message['role'] == 'user' %}{{ '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' + "
+     "content.strip() + '<|END_OF_TURN_TOKEN|>' }}{% elif message['role'] == 'assistant' %}"
+     "{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>'  + content.strip() + "
+     "'<|END_OF_TURN_TOKEN|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+     "{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' }}{% endif %}"),
+    # A template written for these tests: the rest of the subset (loop variables, slices,
+    # tests, filters, methods, Python's str() of values, the operators).
+    ("subset-exercise", "<s>", "</s>",
+     "{%- set ns = namespace(n=0, roles=[]) -%}\n"
+     "{% for m in messages if m.role != 'system' %}\n"
+     "  {{ loop.index }}/{{ loop.length }}{{ '(first)' if loop.first }}"
+     "{{ '(last)' if loop.last else '' }} {{ loop.revindex0 }}"
+     " {{ m.role | upper }}:{{ m['content'][:12] | trim | replace(' ', '_') }}|"
+     "{{ m.content | length }}|{{ m.content.split() | length }}"
+     "{% if loop.previtem is defined %}<{{ loop.previtem.role[0] }}{% endif %}\n"
+     "  {%- set ns.n = ns.n + m.content|length -%}\n"
+     "  {%- set ns.roles = ns.roles + [m.role] -%}\n"
+     "{% else %}no turns\n"
+     "{% endfor %}\n"
+     "{{ ns.n }} {{ ns.n // 7 }} {{ ns.n % 7 }} {{ ns.n / 4 }} {{ -ns.n }} {{ 2 ** 10 }}\n"
+     "{{ ns.roles }} {{ ns.roles | join(',') }} {{ ns.roles | length }}\n"
+     "{{ messages | map(attribute='role') | list }} {{ (messages | first).role }} "
+     "{{ (messages | last)['role'] }}\n"
+     "{{ messages[::-1] | map(attribute='role') | join(' < ') }} {{ messages[1:3] | length }}\n"
+     "{{ {'a': 1, 'b': [true, none, 1.5, 'q\\'s']} }} {{ [1, 2] + [3] }} {{ 'ab' ~ 3 ~ none }}\n"
+     "{{ {'k': 'v', 'n': [1, 2.0]} | tojson }} {{ 'x' in 'xyz' }} {{ 'w' not in ['x'] }}\n"
+     "{% for k, v in {'one': 1, 'two': 2}.items() %}{{ k }}={{ v }}{{ ', ' if not loop.last }}"
+     "{% endfor %}\n"
+     "{% for i in range(10) %}{% if i is odd %}{% continue %}{% endif %}{% if i > 6 %}"
+     "{% break %}{% endif %}{{ i }}{% endfor %}\n"
+     "{{ '  pad  '.strip() }}|{{ 'a-b-c'.split('-', 1) }}|{{ 'Hello'.startswith('He') }}|"
+     "{{ 'hello world'.title() }}|{{ 'X'.lower() }}|{{ undefined_name | default('dflt') }}|"
+     "{{ '' | default('empty', true) }}|{{ 3 is divisibleby 3 }}|{{ none is none }}|"
+     "{{ messages is iterable }}|{{ 'q' is string }}|{{ 1 is number }}\n"
+     "{% set block %}inside {{ bos_token }}{% endset %}{{ block | upper }}\n"
+     "{% if add_generation_prompt %}GEN{% endif %}"),
+]
+
+CONVERSATIONS = [
+    ("six_turns", [
+        {"role": "system", "content": "You are a helpful assistant"},
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there"},
+        {"role": "user", "content": "Who are you"},
+        {"role": "assistant", "content": "   I am an assistant   "},
+        {"role": "user", "content": "Another question"},
+    ]),
+    ("one_user", [{"role": "user", "content": "Hi"}]),
+    ("no_system", [
+        {"role": "user", "content": "Caf\u00e9 \u2615 \u65e5\u672c \"quoted\" and 'single'\nline two"},
+        {"role": "assistant", "content": "\ttabbed {{ not a tag }} {% neither %}"},
+        {"role": "user", "content": "  spaced  "},
+    ]),
+    ("bad_order", [
+        {"role": "user", "content": "one"},
+        {"role": "user", "content": "two"},
+    ]),
+]
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "City name, e.g. Paris"},
+            "days": {"type": "integer"}}, "required": ["city"]}}},
+]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser.add_argument("--out", default=os.path.join(here, "..", "tests", "golden", "chat",
+                                                      "chat_templates.json"))
+    args = parser.parse_args()
+    cases = []
+    for name, bos, eos, template in TEMPLATES:
+        compiled = _compile_jinja_template(template)
+        reads_tools = "tools" in template
+        for conv_name, messages in CONVERSATIONS:
+            for gen in (True, False):
+                for tools in ([None, TOOLS] if reads_tools else [None]):
+                    variables = {"messages": messages, "add_generation_prompt": gen,
+                                 "bos_token": bos, "eos_token": eos}
+                    if tools is not None:
+                        variables["tools"] = tools
+                    case = {"template": name, "conversation": conv_name, "variables": variables}
+                    try:
+                        case["rendered"] = compiled.render(**variables)
+                    except Exception as e:  # raise_exception: the template's own message
+                        case["error"] = str(e)
+                    cases.append(case)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump({"source": "scripts/make_chat_goldens.py (transformers "
+                             "_compile_jinja_template, as apply_chat_template renders)",
+                   "templates": {name: t for name, _, _, t in TEMPLATES},
+                   "cases": cases}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"{len(cases)} cases from {len(TEMPLATES)} templates -> {os.path.normpath(args.out)}")
+
+
+if __name__ == "__main__":
+    main()
