@@ -25,6 +25,7 @@ class SchemaCompiler {
   absl::Status Alternatives(const std::vector<ojson>& alternatives, const std::string& path,
                             int depth, SchemaNode* node);
   absl::Status First(int index, std::vector<uint8_t>* state);
+  bool Tagged(const SchemaNode& n) const;
 
   const ojson& root_;
   std::map<std::string, int> refs_;  // "$ref" -> its node (compiled once; recursion allowed)
@@ -296,6 +297,11 @@ absl::Status SchemaCompiler::First(int index, std::vector<uint8_t>* state) {
       for (const std::string& lit : n.literals) add(lit.substr(0, 1));
       break;
     case SchemaNode::Kind::kAnyOf:
+      if (Tagged(n)) {
+        nodes[index].discriminated = true;
+        add("{");
+        break;
+      }
       for (size_t i = 0; i < n.children.size(); ++i) {
         const int child = n.children[i];
         if (auto st = First(child, state); !st.ok()) return st;
@@ -316,6 +322,25 @@ absl::Status SchemaCompiler::First(int index, std::vector<uint8_t>* state) {
   nodes[index].first = first;
   (*state)[index] = 2;
   return absl::OkStatus();
+}
+
+// Whether the alternatives are objects tagged by their first property: the same key in each,
+// holding a string const, a different one in each.
+bool SchemaCompiler::Tagged(const SchemaNode& n) const {
+  std::set<std::string> tags;
+  for (int child : n.children) {
+    const SchemaNode& alt = nodes[child];
+    if (alt.kind != SchemaNode::Kind::kObject || alt.keys.empty() ||
+        alt.keys[0] != nodes[n.children[0]].keys[0]) {
+      return false;
+    }
+    const SchemaNode& tag = nodes[alt.children[0]];
+    if (tag.kind != SchemaNode::Kind::kLiterals || tag.literals.size() != 1 ||
+        tag.literals[0][0] != '"' || !tags.insert(tag.literals[0]).second) {
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::Status SchemaCompiler::Finish() {
@@ -348,6 +373,7 @@ enum Phase : uint8_t {
   kValue = 3,  // object: after ':'; array: after ','
   kKey = 4,    // object: after ','
   kAfter = 5,  // after a member or element
+  kTag = 6,    // a tagged union: inside its first property's value
 };
 // String phases.
 enum StringPhase : uint8_t { kBody = 0, kEscape = 1, kUnicode = 2 };
@@ -439,6 +465,14 @@ bool SchemaRecognizer::EndValue() {
 bool SchemaRecognizer::StartValue(int node, unsigned char c) {
   if (depth_ == kMaxDepth) return false;
   const SchemaNode& n = schema_->nodes()[node];
+  if (n.kind == SchemaNode::Kind::kAnyOf && n.discriminated) {  // picked by the tag, later
+    if (c != '{') return false;
+    Frame f;
+    f.node = static_cast<int16_t>(node);
+    f.mask = (uint64_t{1} << n.children.size()) - 1;  // the alternatives still possible
+    stack_[depth_++] = f;
+    return true;
+  }
   if (n.kind == SchemaNode::Kind::kAnyOf) {  // the first byte picks the alternative
     for (int child : n.children) {
       if (schema_->nodes()[child].first[c >> 6] >> (c & 63) & 1) return StartValue(child, c);
@@ -599,8 +633,50 @@ bool SchemaRecognizer::Byte(unsigned char c) {
       EndValue();
       return Byte(c);
     }
-    case SchemaNode::Kind::kAnyOf:  // never on the stack (StartValue enters an alternative)
-      return false;
+    case SchemaNode::Kind::kAnyOf: {  // a tagged union, until its tag picks an alternative
+      const std::string& key = schema_->nodes()[n.children[0]].keys[0];
+      if (f.phase == kKeyText) {
+        if (static_cast<unsigned char>(key[f.index]) != c) return false;
+        if (++f.index == key.size()) f.phase = kColon;
+        return true;
+      }
+      if (ws && f.phase != kTag) return Whitespace();
+      switch (f.phase) {
+        case kOpen:
+          if (c != '"') return false;
+          f.phase = kKeyText;
+          f.index = 1;
+          return true;
+        case kColon:
+          if (c != ':') return false;
+          f.phase = kTag;
+          f.index = 0;
+          return true;
+        default: {  // kTag: the bytes of one of the tags (JSON strings: none is another's prefix)
+          uint64_t next = 0;
+          int whole = -1;
+          for (size_t i = 0; i < n.children.size(); ++i) {
+            if (!(f.mask >> i & 1)) continue;
+            const SchemaNode& alt = schema_->nodes()[n.children[i]];
+            const std::string& tag = schema_->nodes()[alt.children[0]].literals[0];
+            if (f.index < tag.size() && static_cast<unsigned char>(tag[f.index]) == c) {
+              next |= uint64_t{1} << i;
+              if (f.index + 1 == tag.size()) whole = static_cast<int>(i);
+            }
+          }
+          if (next == 0) return f.index == 0 && ws && Whitespace();
+          f.mask = next;
+          ++f.index;
+          if (whole >= 0) {  // the frame goes on as that object, after its first member
+            f.node = static_cast<int16_t>(n.children[whole]);
+            f.index = 0;
+            f.mask = 0;
+            f.phase = kAfter;
+          }
+          return true;
+        }
+      }
+    }
     case SchemaNode::Kind::kObject:
       if (f.phase == kKeyText) {
         const std::string& key = n.keys[f.index];

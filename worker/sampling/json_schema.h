@@ -4,8 +4,9 @@
 //
 // Supported, as OpenAI's strict mode: "type" object (with "properties": every property is
 // written, in the schema's order; "required" and "additionalProperties" are read as strict),
-// array ("items", "minItems", "maxItems"), string ("minLength", "maxLength": characters, an
-// escape sequence counting as one, so an escaped surrogate pair counts as two), number, integer
+// array ("items", "minItems", "maxItems"), string ("minLength", "maxLength": characters, i.e.
+// code points, an escape sequence counting as one and an escaped surrogate pair as one), number,
+// integer
 // ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum": a digit is refused once no integer
 // it could start lies within them), boolean, null; "enum" and "const" of scalars; a schema without
 // "type" accepts any JSON value. Also what Pydantic and zod emit for nested and optional fields:
@@ -14,7 +15,9 @@
 //   - "anyOf" / "oneOf", and a list of types ("type": ["string", "null"]), when the
 //     alternatives start with different bytes (an object, an array, a string, a number, true or
 //     false, null...), so the first byte of a value picks its alternative and decoding stays
-//     deterministic; two alternatives that can start alike (two objects) are refused;
+//     deterministic; or when they are all objects whose first property is the same key holding
+//     a different string "const" (or one-value "enum") in each, a tagged union, picked once
+//     that value is written; other alternatives that can start alike are refused;
 //   - "allOf" of one schema (Pydantic wraps a $ref so).
 // Refused with an error naming the schema path: "not", "if", "pattern", "patternProperties",
 // "prefixItems", remote "$ref"s and any "type" not listed. Nesting: at most 16 levels.
@@ -56,6 +59,10 @@ struct SchemaNode {
   bool bounded = false;  // kInteger: minimum/maximum, inclusive (INT64_MIN, INT64_MAX: none)
   int64_t min_value = 0, max_value = 0;
   std::vector<std::string> literals;  // kLiterals: the JSON texts allowed (enum, const, bool, null)
+  // kAnyOf of objects told apart by their first property, a string const under the same key
+  // in each (a tagged union: {"type": "cat", ...} | {"type": "dog", ...}): the alternative is
+  // picked once that value is read.
+  bool discriminated = false;
 };
 
 class JsonSchema {

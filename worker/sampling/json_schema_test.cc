@@ -293,6 +293,45 @@ TEST(JsonSchema, StringLengthsInCharacters) {
             "\"aaaaa\"");
 }
 
+// A tagged union (Pydantic's discriminated union, a tool call): objects whose first property
+// holds a different string const; the alternative is picked once the tag is read.
+TEST(JsonSchema, TaggedUnionPickedByItsFirstProperty) {
+  auto pet = MustCompile(R"({"oneOf": [
+      {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}}},
+      {"type": "object", "properties": {"kind": {"enum": ["dog"]}, "good": {"type": "boolean"}}},
+      {"type": "object", "properties": {"kind": {"const": "catfish"}}}]})");
+  for (const char* ok : {R"({"kind": "cat", "lives": 9})", R"({ "kind" : "dog","good":true})",
+                         R"({"kind": "catfish"})"}) {
+    EXPECT_EQ(Check(*pet, ok), std::make_pair(true, true)) << ok;
+  }
+  EXPECT_EQ(Check(*pet, R"({"kind": "ca)"), std::make_pair(true, false));  // cat or catfish
+  for (const char* bad : {R"({"kind": "dog", "lives")", R"({"kind": "cow")", R"({"other")",
+                          R"({"kind": "cat"})", R"({"kind": "catfish", )", R"([)"}) {
+    EXPECT_FALSE(Check(*pet, bad).first) << bad;
+  }
+  // Inside an array and beside null (Optional[Union[...]]).
+  auto list = MustCompile(R"({"type": "array", "items": {"anyOf": [{"$ref": "#/$defs/U"},
+      {"type": "null"}]}, "$defs": {"U": {"anyOf": [
+      {"type": "object", "properties": {"t": {"const": "a"}, "x": {"type": "string"}}},
+      {"type": "object", "properties": {"t": {"const": "b"}}}]}}})");
+  EXPECT_EQ(Check(*list, R"([{"t": "b"}, null, {"t": "a", "x": "y"}])"),
+            std::make_pair(true, true));
+  EXPECT_FALSE(Check(*list, R"([{"t": "a"}])").first);
+  // Not a tagged union: still refused, naming the list.
+  for (const char* bad : {R"({"anyOf": [{"type": "object"}, {"type": "object"}]})",
+                          R"({"anyOf": [{"type": "object", "properties": {"t": {"const": "a"}}},
+                         {"type": "object", "properties": {"u": {"const": "b"}}}]})",
+                          R"({"anyOf": [{"type": "object", "properties": {"t": {"const": "a"}}},
+                         {"type": "object", "properties": {"t": {"const": "a"}}}]})",
+                          R"({"anyOf": [{"type": "object", "properties": {"t": {"const": 1}}},
+                         {"type": "object", "properties": {"t": {"const": 2}}}]})"}) {
+    auto s = JsonSchema::Compile(bad);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(std::string(s.status().message()).find("json_schema.anyOf"), std::string::npos)
+        << s.status();
+  }
+}
+
 // Integer bounds: a digit is refused as soon as no integer it could start is within them.
 TEST(JsonSchema, IntegerBoundsRefuseTheFirstDigitThatCannotFit) {
   auto age = MustCompile(R"({"type": "integer", "minimum": 18, "maximum": 120})");

@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <limits>
+#include <random>
+#include <set>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
@@ -9,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "google/protobuf/util/json_util.h"
+#include "worker/sampling/json_schema.h"
 #include "worker/server/api_util.h"
 
 namespace tinyserve::openai {
@@ -158,18 +161,37 @@ absl::Status ParseMessages(Fields& f, v1::ChatMessages* out) {
     std::string role = mf.String("role").value_or("");
     TS_RETURN_IF_ERROR(mf.status());
     if (role == "developer") role = "system";
-    if (role == "tool" || role == "function") {
-      return Bad(at + ".role", "tool messages are not supported");
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return Bad(at + ".role", "must be system, developer, user, assistant or tool");
     }
-    if (role != "system" && role != "user" && role != "assistant") {
-      return Bad(at + ".role", "must be system, developer, user or assistant");
-    }
+    std::string tool_calls;
     if (const json* calls = mf.Get("tool_calls"); calls != nullptr && !calls->empty()) {
-      return Bad(at + ".tool_calls", "tool calls are not supported");
+      if (role != "assistant") return Bad(at + ".tool_calls", "only assistant turns make calls");
+      if (!calls->is_array()) return Bad(at + ".tool_calls", "must be a list");
+      for (size_t k = 0; k < calls->size(); ++k) {
+        const json& call = (*calls)[k];
+        const std::string cat = absl::StrCat(at, ".tool_calls[", k, "]");
+        const json* fn =
+            call.is_object() && call.contains("function") ? &call["function"] : nullptr;
+        if (fn == nullptr || !fn->is_object() || !fn->contains("name") ||
+            !(*fn)["name"].is_string()) {
+          return Bad(cat + ".function.name", "is required");
+        }
+        if (fn->contains("arguments") && !(*fn)["arguments"].is_string()) {
+          return Bad(cat + ".function.arguments", "must be a string (JSON text)");
+        }
+      }
+      tool_calls = calls->dump();
+    }
+    std::string tool_call_id;
+    if (role == "tool") {
+      tool_call_id = mf.String("tool_call_id").value_or("");
+      TS_RETURN_IF_ERROR(mf.status());
+      if (tool_call_id.empty()) return Bad(at + ".tool_call_id", "is required for a tool turn");
     }
     std::string content;
     if (const json* c = mf.Get("content"); c == nullptr) {
-      return Bad(at + ".content", "is required");
+      if (tool_calls.empty()) return Bad(at + ".content", "is required");
     } else if (c->is_string()) {
       content = c->get<std::string>();
     } else if (c->is_array()) {
@@ -191,7 +213,140 @@ absl::Status ParseMessages(Fields& f, v1::ChatMessages* out) {
     v1::ChatMessage* out_msg = out->add_messages();
     out_msg->set_role(role);
     out_msg->set_content(std::move(content));
+    out_msg->set_tool_calls_json(std::move(tool_calls));
+    out_msg->set_tool_call_id(std::move(tool_call_id));
   }
+  return absl::OkStatus();
+}
+
+// Moves a tool's parameter schema to $defs/<key> of a larger schema: its local references
+// ("#/...", "#") are rebased below it.
+void Rebase(json* schema, const std::string& key) {
+  if (schema->is_object()) {
+    for (auto& [k, v] : schema->items()) {
+      if (k == "$ref" && v.is_string() && v.get<std::string>().rfind('#', 0) == 0) {
+        v = absl::StrCat("#/$defs/", key, v.get<std::string>().substr(1));
+      } else {
+        Rebase(&v, key);
+      }
+    }
+  } else if (schema->is_array()) {
+    for (json& v : *schema) Rebase(&v, key);
+  }
+}
+
+bool ValidFunctionName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// tools and tool_choice: the tools go to the chat template, and a forced choice becomes a JSON
+// schema the output is held to (OpenAI's and vLLM's named and "required" tool choice).
+absl::Status ParseTools(Fields& f, v1::GenerateRequest* r, ParsedRequest* out) {
+  const json* tools = f.Get("tools");
+  const json* choice = f.Get("tool_choice");
+  if (tools == nullptr || (tools->is_array() && tools->empty())) {
+    if (choice != nullptr && *choice != "none" && *choice != "auto") {
+      return Bad("tool_choice", "needs tools");
+    }
+    return absl::OkStatus();
+  }
+  if (!tools->is_array() || tools->size() > 128) return Bad("tools", "must be a list of 1 to 128");
+  json list = json::array();
+  std::vector<std::pair<std::string, json>> functions;  // name, parameter schema
+  std::set<std::string> names;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& tool = (*tools)[i];
+    const std::string at = absl::StrCat("tools[", i, "]");
+    if (!tool.is_object() || tool.value("type", "") != "function") {
+      return Bad(at + ".type", "must be \"function\"");
+    }
+    const json* fn = tool.contains("function") ? &tool["function"] : nullptr;
+    if (fn == nullptr || !fn->is_object()) return Bad(at + ".function", "is required");
+    const std::string name = fn->contains("name") && (*fn)["name"].is_string()
+                                 ? (*fn)["name"].get<std::string>()
+                                 : std::string();
+    if (!ValidFunctionName(name)) {
+      return Bad(at + ".function.name", "must be 1 to 64 letters, digits, '_' or '-'");
+    }
+    if (!names.insert(name).second) return Bad(at + ".function.name", "is given twice");
+    json parameters = {{"type", "object"}, {"properties", json::object()}};
+    if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null()) {
+      if (!p->is_object()) return Bad(at + ".function.parameters", "must be a JSON schema object");
+      parameters = *p;
+    }
+    // The schema is checked here so that its error names the tool.
+    if (auto compiled = JsonSchema::Compile(parameters.dump()); !compiled.ok()) {
+      std::string message(compiled.status().message());
+      constexpr std::string_view kRoot = "json_schema";
+      if (message.rfind(kRoot, 0) == 0) message.erase(0, kRoot.size());
+      const std::string field = absl::StrCat(at, ".function.parameters");
+      const size_t colon = message.find(": ");
+      return Bad(field + message.substr(0, colon),
+                 colon == std::string::npos ? message : message.substr(colon + 2));
+    }
+    json entry = {{"type", "function"}, {"function", {{"name", name}}}};
+    if (auto d = fn->find("description"); d != fn->end() && d->is_string()) {
+      entry["function"]["description"] = *d;
+    }
+    entry["function"]["parameters"] = parameters;
+    list.push_back(std::move(entry));
+    functions.emplace_back(name, std::move(parameters));
+  }
+  if (choice == nullptr || *choice == "auto") {
+    return Bad("tool_choice",
+               "\"auto\" needs a parser of the model's own tool-call format, which TinyServe "
+               "does not have: name a function ({\"type\": \"function\", \"function\": "
+               "{\"name\": ...}}) or use \"required\"");
+  }
+  if (*choice == "none") return absl::OkStatus();  // tools left out of the prompt, as vLLM does
+  std::vector<std::pair<std::string, json>> candidates;
+  if (*choice == "required") {
+    out->tool_choice = ParsedRequest::ToolChoice::kRequired;
+    candidates = functions;
+  } else if (choice->is_object() && choice->value("type", "") == "function" &&
+             choice->contains("function") && (*choice)["function"].is_object() &&
+             (*choice)["function"].contains("name") && (*choice)["function"]["name"].is_string()) {
+    const std::string name = (*choice)["function"]["name"].get<std::string>();
+    for (const auto& fn : functions) {
+      if (fn.first == name) candidates.push_back(fn);
+    }
+    if (candidates.empty()) return Bad("tool_choice.function.name", "is not one of the tools");
+    out->tool_choice = ParsedRequest::ToolChoice::kNamed;
+  } else {
+    return Bad("tool_choice",
+               "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+               "\"function\": {\"name\": ...}}");
+  }
+  v1::SamplingOptions* s = r->mutable_sampling();
+  if (!s->response_format().empty() && s->response_format() != "text") {
+    return Bad("response_format", "cannot be combined with a forced tool_choice");
+  }
+  json schema;
+  if (candidates.size() == 1) {  // the output is the arguments
+    out->tool_name = candidates[0].first;
+    schema = candidates[0].second;
+  } else {  // {"name": ..., "arguments": ...}: a union tagged by the name
+    json alternatives = json::array(), defs = json::object();
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const std::string key = absl::StrCat("tool", i);
+      json parameters = candidates[i].second;
+      Rebase(&parameters, key);
+      defs[key] = std::move(parameters);
+      alternatives.push_back({{"type", "object"},
+                              {"properties",
+                               {{"name", {{"const", candidates[i].first}}},
+                                {"arguments", {{"$ref", absl::StrCat("#/$defs/", key)}}}}},
+                              {"required", {"name", "arguments"}}});
+    }
+    schema = {{"anyOf", std::move(alternatives)}, {"$defs", std::move(defs)}};
+  }
+  s->set_response_format("json_schema");
+  s->set_json_schema(schema.dump());
+  r->mutable_chat()->set_tools_json(list.dump());
   return absl::OkStatus();
 }
 
@@ -434,11 +589,7 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
   } else {
     v1::GenerateRequest r = base;
     TS_RETURN_IF_ERROR(ParseMessages(f, r.mutable_chat()));
-    const json* tools = f.Get("tools");
-    f.RejectUnless("tools", tools == nullptr || tools->empty(), "tool calling is not supported");
-    const json* choice = f.Get("tool_choice");
-    f.RejectUnless("tool_choice", choice == nullptr || *choice == "none",
-                   "tool calling is not supported");
+    TS_RETURN_IF_ERROR(ParseTools(f, &r, &out));
     f.RejectUnless("continue_final_message", !f.Bool("continue_final_message").value_or(false),
                    "is not supported");
     TS_RETURN_IF_ERROR(f.status());
@@ -607,12 +758,40 @@ void ResponseBuilder::AddLogprobs(Choice& choice, const v1::Chunk& chunk, json* 
           {"text_offset", std::move(offsets)}};
 }
 
+json ResponseBuilder::ToolCall(const std::string& text) const {
+  std::string name = request_.tool_name;
+  json arguments = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (arguments.is_discarded()) return nullptr;
+  if (name.empty()) {  // {"name": ..., "arguments": {...}}
+    if (!arguments.is_object() || !arguments.contains("name") || !arguments["name"].is_string() ||
+        !arguments.contains("arguments")) {
+      return nullptr;
+    }
+    name = arguments["name"].get<std::string>();
+    arguments = json(arguments["arguments"]);
+  }
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kAlnum[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::string id = "call_";
+  for (int k = 0; k < 24; ++k) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
+  return {{"id", id},
+          {"type", "function"},
+          {"function",
+           {{"name", name},
+            {"arguments", arguments.dump(-1, ' ', false, json::error_handler_t::replace)}}}};
+}
+
 std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& response) {
   Choice& c = choices_[index];
+  const bool tools = request_.tool_choice != ParsedRequest::ToolChoice::kOff;
   if (response.has_chunk()) {
     const v1::Chunk& chunk = response.chunk();
     json lp = nullptr;
     if (request_.logprobs) AddLogprobs(c, chunk, &lp);
+    if (tools && request_.stream) {  // the call is sent whole, once it is complete
+      c.text += chunk.text();
+      return "";
+    }
     if (!request_.stream) {
       c.text += chunk.text();
       if (lp.is_null()) return "";
@@ -634,7 +813,30 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
   if (response.has_complete()) {
     c.complete = response.complete();
     c.finish_reason = FinishReasonName(response.complete().finish_reason());
+    if (tools) {
+      c.tool_call = ToolCall(c.text);
+      // OpenAI: a named function's call ends with "stop", a "required" one with "tool_calls".
+      if (!c.tool_call.is_null() && c.finish_reason == "stop") {
+        if (request_.tool_choice == ParsedRequest::ToolChoice::kRequired)
+          c.finish_reason = "tool_calls";
+      }
+    }
     if (!request_.stream) return "";
+    if (!c.tool_call.is_null()) {
+      json call = c.tool_call;
+      call["index"] = 0;
+      json delta = {{"role", "assistant"},
+                    {"content", nullptr},
+                    {"tool_calls", json::array({std::move(call)})}};
+      json first = {{"index", index},
+                    {"delta", std::move(delta)},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}};
+      c.started = true;
+      return Event(ChunkObject(json::array({std::move(first)}))) +
+             Event(ChunkObject(
+                 json::array({ChoiceDelta(index, "", nullptr, c.finish_reason, false)})));
+    }
     const bool first = !c.started;
     const std::string text = first ? c.text : std::string();
     c.started = true;
@@ -681,7 +883,10 @@ std::string ResponseBuilder::Body() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     json choice = {{"index", i}};
-    if (request_.endpoint == Endpoint::kChat) {
+    if (request_.endpoint == Endpoint::kChat && !c.tool_call.is_null()) {
+      choice["message"] = {
+          {"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({c.tool_call})}};
+    } else if (request_.endpoint == Endpoint::kChat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
       choice["text"] = c.text;

@@ -7,9 +7,11 @@
 // Request fields (OpenAI's, then vLLM's extras):
 //   completions: prompt (a string, token ids, or a list of either: one choice set per prompt),
 //                echo (text prompts only), suffix (rejected unless empty);
-//   chat:        messages (role system/developer/user/assistant; content a string or a list of
-//                {"type": "text"} parts), max_completion_tokens, logprobs + top_logprobs,
-//                tools (rejected unless empty);
+//   chat:        messages (role system/developer/user/assistant/tool; content a string or a
+//                list of {"type": "text"} parts; an assistant turn's tool_calls, a tool turn's
+//                tool_call_id), max_completion_tokens, logprobs + top_logprobs, tools with
+//                tool_choice "none", "required" or {"type": "function", "function": {"name"}}
+//                ("auto" is refused: it needs a parser of the model's own tool-call format);
 //   both:        model (echoed back; any name serves the one loaded model), max_tokens
 //                (completions default 16; chat default: the rest of the context), temperature
 //                (default 1), top_p, n (1..64), stop (a string or a list), seed, stream,
@@ -67,6 +69,13 @@ struct ParsedRequest {
   bool include_usage = false;
   bool logprobs = false;  // report logprobs (completions: "logprobs" was set)
   std::string model;      // the name responses carry
+  // Chat with tools and tool_choice naming a function (kNamed) or "required": each choice's
+  // output is a tool call, held to the function's parameter schema by constrained decoding.
+  enum class ToolChoice { kOff, kNamed, kRequired };
+  ToolChoice tool_choice = ToolChoice::kOff;
+  // The function called when there is one candidate (the output is its arguments); empty with
+  // several (the output is {"name": ..., "arguments": {...}}, a tagged union of the tools).
+  std::string tool_name;
 };
 
 // Deepest nesting of objects and arrays a body may have (checked before parsing).
@@ -112,7 +121,10 @@ class ResponseBuilder {
     std::string finish_reason;
     bool started = false;  // streamed: the first event was sent
     tinyserve::v1::Complete complete;
+    Json tool_call;  // the call the output makes (tool_choice forced), else null
   };
+  // The tool call an output makes, or null when it is not one (cut short by max_tokens).
+  Json ToolCall(const std::string& text) const;
   Json ChunkObject(Json choices) const;
   Json ChoiceDelta(int index, const std::string& text, const Json& logprobs,
                    const std::string& finish_reason, bool first) const;

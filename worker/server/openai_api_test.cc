@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "worker/sampling/json_schema.h"
+
 namespace tinyserve::openai {
 namespace {
 
@@ -157,6 +159,8 @@ TEST(OpenAiParse, BadInputNamesTheField) {
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "selection": {"polcy": "quest"}})"), "selection");
   EXPECT_EQ(ParamOf(kChat, R"({"messages": []})"), "messages");
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "tool", "content": "x"}]})"),
+            "messages[0].tool_call_id");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "function", "content": "x"}]})"),
             "messages[0].role");
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user"}]})"), "messages[0].content");
   EXPECT_EQ(
@@ -164,7 +168,7 @@ TEST(OpenAiParse, BadInputNamesTheField) {
       "messages[0].content[0]");
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
                                "tools": [{"type": "function"}]})"),
-            "tools");
+            "tools[0].function");
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x"}],
                                "response_format": {"type": "json_schema"}})"),
             "response_format.json_schema.schema");
@@ -186,6 +190,82 @@ TEST(OpenAiParse, BadInputNamesTheField) {
   EXPECT_EQ(ParamOf(kC, "[1]"), "<none>");
   // Unknown fields are ignored, as OpenAI clients send many.
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "service_tier": "auto"})"), "<ok>");
+}
+
+// Tools: a forced tool_choice becomes the JSON schema the output is held to; the tools go to the
+// chat template; bad tools and choices name their field.
+TEST(OpenAiParse, ToolsAndForcedToolChoice) {
+  const std::string tools = R"("tools": [
+      {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+      {"type": "function", "function": {"name": "add",
+       "parameters": {"type": "object", "properties": {"a": {"$ref": "#/$defs/N"}},
+                      "$defs": {"N": {"type": "integer"}}}}}])";
+  const std::string user = R"("messages": [{"role": "user", "content": "Paris?"}])";
+  ParsedRequest named = MustParse(Endpoint::kChat, "{" + user + ", " + tools + R"(,
+      "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
+  EXPECT_EQ(named.tool_choice, ParsedRequest::ToolChoice::kNamed);
+  EXPECT_EQ(named.tool_name, "get_weather");
+  const v1::GenerateRequest& call = named.calls[0];
+  EXPECT_EQ(call.sampling().response_format(), "json_schema");
+  EXPECT_EQ(json::parse(call.sampling().json_schema())["properties"]["city"]["type"], "string");
+  json rendered_tools = json::parse(call.chat().tools_json());
+  ASSERT_EQ(rendered_tools.size(), 2u);
+  EXPECT_EQ(rendered_tools[1]["function"]["name"], "add");
+
+  ParsedRequest required =
+      MustParse(Endpoint::kChat, "{" + user + ", " + tools + R"(, "tool_choice": "required"})");
+  EXPECT_EQ(required.tool_choice, ParsedRequest::ToolChoice::kRequired);
+  EXPECT_EQ(required.tool_name, "");
+  // A union tagged by the name; each tool's own references rebased under $defs.
+  json schema = json::parse(required.calls[0].sampling().json_schema());
+  EXPECT_EQ(schema["anyOf"][1]["properties"]["name"]["const"], "add");
+  EXPECT_EQ(schema["$defs"]["tool1"]["properties"]["a"]["$ref"], "#/$defs/tool1/$defs/N");
+  ASSERT_TRUE(JsonSchema::Compile(schema.dump()).ok());
+
+  ParsedRequest none =
+      MustParse(Endpoint::kChat, "{" + user + ", " + tools + R"(, "tool_choice": "none"})");
+  EXPECT_EQ(none.tool_choice, ParsedRequest::ToolChoice::kOff);
+  EXPECT_EQ(none.calls[0].chat().tools_json(), "");
+  EXPECT_EQ(none.calls[0].sampling().response_format(), "");
+
+  // A conversation that carries a call and its result.
+  ParsedRequest turn = MustParse(Endpoint::kChat, R"({"messages": [
+      {"role": "user", "content": "Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]})");
+  const auto& m = turn.calls[0].chat().messages();
+  ASSERT_EQ(m.size(), 3);
+  EXPECT_EQ(json::parse(m[1].tool_calls_json())[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(m[2].role(), "tool");
+  EXPECT_EQ(m[2].tool_call_id(), "call_1");
+
+  const Endpoint kChat = Endpoint::kChat;
+  EXPECT_EQ(ParamOf(kChat, "{" + user + ", " + tools + "}"), "tool_choice");  // auto
+  EXPECT_EQ(ParamOf(kChat, "{" + user + ", " + tools + R"(, "tool_choice": "any"})"),
+            "tool_choice");
+  EXPECT_EQ(ParamOf(kChat, "{" + user + ", " + tools + R"(, "tool_choice":
+                {"type": "function", "function": {"name": "nope"}}})"),
+            "tool_choice.function.name");
+  EXPECT_EQ(ParamOf(kChat, "{" + user + R"(, "tool_choice": "required"})"), "tool_choice");
+  EXPECT_EQ(ParamOf(kChat, "{" + user + ", " + tools + R"(, "tool_choice": "required",
+                "response_format": {"type": "json_object"}})"),
+            "response_format");
+  EXPECT_EQ(ParamOf(kChat, "{" + user + R"(, "tool_choice": "required", "tools": [
+                {"type": "function", "function": {"name": "bad name"}}]})"),
+            "tools[0].function.name");
+  EXPECT_EQ(ParamOf(kChat, "{" + user + R"(, "tool_choice": "required", "tools": [
+                {"type": "function", "function": {"name": "f", "parameters":
+                 {"type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}}}]})"),
+            "tools[0].function.parameters.properties.x.pattern");
+  EXPECT_EQ(ParamOf(kChat, "{" + user + R"(, "tool_choice": "required", "tools": [
+                {"type": "function", "function": {"name": "f"}},
+                {"type": "function", "function": {"name": "f"}}]})"),
+            "tools[1].function.name");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x", "tool_calls": [
+                {"function": {"name": "f"}}]}]})"),
+            "messages[0].tool_calls");
 }
 
 TEST(OpenAiErrors, HttpStatusAndType) {
@@ -313,6 +393,56 @@ TEST(OpenAiResponse, EchoLeadsTheTextAndFailuresBecomeErrorEvents) {
       Events(b.OnFailure(0, grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker gone")))[0]);
   EXPECT_EQ(err["error"]["message"], "worker gone");
   EXPECT_EQ(err["error"]["type"], "service_unavailable_error");
+}
+
+TEST(OpenAiResponse, ForcedToolCallsBecomeToolCallsStreamedOrNot) {
+  const std::string body = R"({"messages": [{"role": "user", "content": "Paris?"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather"}},
+                {"type": "function", "function": {"name": "add"}}], "tool_choice": "required")";
+  ParsedRequest r = MustParse(Endpoint::kChat, body + "}");
+  ResponseBuilder b(r, "chatcmpl-1", 5);
+  b.OnResponse(0, Chunk(R"({"name": "add", )", 3, -0.1f));
+  b.OnResponse(0, Chunk(R"("arguments": {"a": 1}})", 4, -0.1f));
+  b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 2));
+  json out = json::parse(b.Body());
+  const json& message = out["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "add");
+  EXPECT_EQ(json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"a": 1})"));
+  EXPECT_EQ(out["choices"][0]["finish_reason"], "tool_calls");
+
+  // Streamed: nothing until the call is whole, then the call, then the finish reason.
+  ParsedRequest s = MustParse(Endpoint::kChat, body + R"(, "stream": true})");
+  ResponseBuilder sb(s, "chatcmpl-2", 5);
+  EXPECT_EQ(sb.OnResponse(0, Chunk(R"({"name": "get_weather", "arguments": {}})", 3, -0.1f)), "");
+  std::vector<std::string> ev = Events(sb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 2)));
+  ASSERT_EQ(ev.size(), 2u);
+  json call = json::parse(ev[0])["choices"][0]["delta"];
+  EXPECT_EQ(call["role"], "assistant");
+  EXPECT_EQ(call["tool_calls"][0]["index"], 0);
+  EXPECT_EQ(call["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(ev[1])["choices"][0]["finish_reason"], "tool_calls");
+
+  // Named: the output is the arguments, the finish reason "stop"; cut short, it stays text.
+  ParsedRequest n = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+  ResponseBuilder nb(n, "chatcmpl-3", 5);
+  nb.OnResponse(0, Chunk("{}", 3, -0.1f));
+  nb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 1));
+  json named = json::parse(nb.Body());
+  EXPECT_EQ(named["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{}");
+  EXPECT_EQ(named["choices"][0]["finish_reason"], "stop");
+  ResponseBuilder cut(n, "chatcmpl-4", 5);
+  cut.OnResponse(0, Chunk("{\"x\": ", 3, -0.1f));
+  cut.OnResponse(0, Complete(v1::FINISH_REASON_LENGTH, 7, 1));
+  json text = json::parse(cut.Body());
+  EXPECT_EQ(text["choices"][0]["message"]["content"], "{\"x\": ");
+  EXPECT_EQ(text["choices"][0]["finish_reason"], "length");
 }
 
 }  // namespace

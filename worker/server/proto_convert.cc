@@ -78,9 +78,11 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
         if (messages[i].role().empty()) {
           return absl::InvalidArgumentError(absl::StrCat("chat.messages[", i, "].role is empty"));
         }
-        chat.push_back({messages[i].role(), messages[i].content()});
+        chat.push_back({messages[i].role(), messages[i].content(), messages[i].tool_calls_json(),
+                        messages[i].tool_call_id()});
       }
-      absl::StatusOr<std::string> rendered = RenderChat(tokenizer.data(), chat, true);
+      absl::StatusOr<std::string> rendered =
+          RenderChat(tokenizer.data(), chat, true, request.chat().tools_json());
       if (!rendered.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("chat.messages: ", rendered.status().message()));

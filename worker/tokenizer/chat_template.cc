@@ -38,7 +38,7 @@ absl::Status CheckChatTemplate(const TokenizerData& data) {
 
 absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
                                        const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt) {
+                                       bool add_generation_prompt, std::string_view tools_json) {
   if (data.chat_template.empty()) return PlainChatMl(messages, add_generation_prompt);
   absl::StatusOr<jinja::Template> t = jinja::Template::Parse(data.chat_template);
   if (!t.ok()) {
@@ -48,12 +48,47 @@ absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
     }
     return PlainChatMl(messages, add_generation_prompt);
   }
-  nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
-  const nlohmann::ordered_json variables = {{"messages", std::move(list)},
-                                            {"add_generation_prompt", add_generation_prompt},
-                                            {"bos_token", TokenText(data, data.bos_id)},
-                                            {"eos_token", TokenText(data, data.eos_id)}};
+  using Json = nlohmann::ordered_json;
+  auto parse = [](std::string_view text, const std::string& what) -> absl::StatusOr<Json> {
+    Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON array"));
+    }
+    return j;
+  };
+  Json list = Json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    Json message = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls_json.empty()) {
+      absl::StatusOr<Json> calls =
+          parse(m.tool_calls_json, absl::StrCat("messages[", i, "].tool_calls"));
+      if (!calls.ok()) return calls.status();
+      // Templates read a call's arguments as an object (transformers' convention); OpenAI
+      // sends them as a JSON string.
+      for (Json& call : *calls) {
+        if (!call.is_object() || !call.contains("function")) continue;
+        Json& function = call["function"];
+        if (function.is_object() && function.contains("arguments") &&
+            function["arguments"].is_string()) {
+          Json args = Json::parse(function["arguments"].get<std::string>(), nullptr, false);
+          if (!args.is_discarded()) function["arguments"] = std::move(args);
+        }
+      }
+      message["tool_calls"] = std::move(*calls);
+    }
+    if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+    list.push_back(std::move(message));
+  }
+  Json variables = {{"messages", std::move(list)},
+                    {"add_generation_prompt", add_generation_prompt},
+                    {"bos_token", TokenText(data, data.bos_id)},
+                    {"eos_token", TokenText(data, data.eos_id)}};
+  if (!tools_json.empty()) {
+    absl::StatusOr<Json> tools = parse(tools_json, "tools");
+    if (!tools.ok()) return tools.status();
+    variables["tools"] = std::move(*tools);
+  }
   absl::StatusOr<std::string> out = t->Render(variables);
   if (!out.ok()) {
     return absl::InvalidArgumentError(

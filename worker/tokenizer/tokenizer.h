@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -72,8 +73,15 @@ class Tokenizer {
 
 // A message of a chat conversation.
 struct ChatMessage {
+  ChatMessage(std::string r, std::string c, std::string calls = "", std::string call_id = "")
+      : role(std::move(r)),
+        content(std::move(c)),
+        tool_calls_json(std::move(calls)),
+        tool_call_id(std::move(call_id)) {}
   std::string role;
   std::string content;
+  std::string tool_calls_json;  // an assistant turn's tool calls (OpenAI's JSON array), or empty
+  std::string tool_call_id;     // a tool turn: the call it answers
 };
 
 // Renders messages with the model's chat template (a Jinja subset, worker/tokenizer/jinja.h,
@@ -81,9 +89,11 @@ struct ChatMessage {
 // eos_token); plain ChatML when the model has no template or one outside the subset (logged
 // once). INVALID_ARGUMENT when the template refuses the messages (its raise_exception, e.g.
 // roles that do not alternate). add_generation_prompt: the template's assistant header.
+// tools_json: the template's `tools` (a JSON array), or empty for none.
 absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
                                        const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt);
+                                       bool add_generation_prompt,
+                                       std::string_view tools_json = "");
 // OK when the model's chat template is empty or within the Jinja subset; else why not.
 absl::Status CheckChatTemplate(const TokenizerData& data);
 
