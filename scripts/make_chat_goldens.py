@@ -189,6 +189,69 @@ TEMPLATES = [
      "{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>'  + content.strip() + "
      "'<|END_OF_TURN_TOKEN|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
      "{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' }}{% endif %}"),
+    # Llama 3.1's template with JSON tool calls (one statement per line, as vLLM's and
+    # llm_templates' copies lay it out): reject, the items filter, `in` on a message, tojson.
+    ("Llama-3.1-tools", "<|begin_of_text|>", "<|eot_id|>",
+     "\n{%- if custom_tools is defined %}\n    {%- set tools = custom_tools %}\n{%- endif %}\n"
+     "{%- if not tools_in_user_message is defined %}\n    {%- set tools_in_user_message = true %}\n"
+     "{%- endif %}\n{%- if not date_string is defined %}\n    {%- set date_string = \"26 Jul 2024\" "
+     "%}\n{%- endif %}\n{%- if not tools is defined %}\n    {%- set tools = none %}\n{%- endif %}\n"
+     "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = "
+     "messages[0]['content']|trim %}\n    {%- set messages = messages[1:] %}\n{%- else %}\n"
+     "    {%- set system_message = \"\" %}\n{%- endif %}\n<|start_header_id|>system<|end_header_id|>\n"
+     "{%- if builtin_tools is defined or tools is not none %}\nEnvironment: ipython\n{%- endif %}\n"
+     "{%- if builtin_tools is defined %}\nTools: {{ builtin_tools | reject('equalto', "
+     "'code_interpreter') | join(\", \") }}\n{%- endif %}\nCutting Knowledge Date: December 2023\n"
+     "Today Date: {{ date_string }}\n{%- if tools is not none and not tools_in_user_message %}\n"
+     "You have access to the following functions.\n\n{%- for t in tools %}\n    {{ t | tojson(indent=4) "
+     "}}\n{%- endfor %}\n{%- endif %}\n\n{{ system_message }}<|eot_id|>\n\n{%- if "
+     "tools_in_user_message and not tools is none %}\n    {%- if messages | length != 0 %}\n"
+     "        {%- set first_user_message = messages[0]['content']|trim %}\n        {%- set messages "
+     "= messages[1:] %}\n    {%- else %}\n        {{ raise_exception(\"Cannot put tools in the first "
+     "user message when there's no first user message!\") }}\n    {%- endif %}\n"
+     "<|start_header_id|>user<|end_header_id|>\nGiven the following functions, please respond "
+     "with a JSON for a function call.\n\n{%- for t in tools %}\n    {{ t | tojson(indent=4) }}\n"
+     "{%- endfor %}\n\n{{ first_user_message }}<|eot_id|>\n{%- endif %}\n{%- for message in "
+     "messages %}\n    {%- if not (message.role == 'ipython' or message.role == 'tool' or "
+     "'tool_calls' in message) %}\n<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n"
+     "{{ message['content'] | trim }}<|eot_id|>\n    {%- elif 'tool_calls' in message %}\n"
+     "        {%- if not message.tool_calls|length == 1 %}\n            {{ raise_exception(\"This "
+     "model only supports single tool-calls at once!\") }}\n        {%- endif %}\n        {%- set "
+     "tool_call = message.tool_calls[0].function %}\n        {%- if builtin_tools is defined and "
+     "tool_call.name in builtin_tools %}\n<|start_header_id|>assistant<|end_header_id|>\n"
+     "<|python_tag|>{{ tool_call.name }}.call(\n            {%- for arg_name, arg_val in "
+     "tool_call.arguments | items %}\n                {{ arg_name }}=\"{{ arg_val }}\"\n"
+     "                {%- if not loop.last %}, {% endif %}\n            {%- endfor %}\n)\n"
+     "        {%- else %}\n<|start_header_id|>assistant<|end_header_id|>\n{\"name\": \"{{ "
+     "tool_call.name }}\", \"parameters\": {{ tool_call.arguments | tojson }}}\n        {%- endif "
+     "%}\n        {%- if builtin_tools is defined %}\n<|eom_id|>\n        {%- else %}\n<|eot_id|>\n"
+     "        {%- endif %}\n    {%- elif message.role == \"tool\" or message.role == \"ipython\" "
+     "%}\n<|start_header_id|>ipython<|end_header_id|>\n        {%- if message.content is mapping or "
+     "message.content is iterable %}\n{{ message.content | tojson }}\n        {%- else %}\n"
+     "{{ message.content }}\n        {%- endif %}\n<|eot_id|>\n    {%- endif %}\n{%- endfor %}\n"
+     "{%- if add_generation_prompt %}\n<|start_header_id|>assistant<|end_header_id|>\n{%- endif %}\n"),
+    # Python's and jinja2's corners an independent review found (floats, Unicode whitespace,
+    # tojson's arguments, generators, precedence, conversions), and CRLF line ends.
+    ("review-cases", "<s>", "</s>",
+     "{{ [1500.0, 10.0, 1e6, 3e10, 0.0001, 1e-05, 1.5e16, 1e16, -0.0, 2.5, 1e22] }}\r\n"
+     "{{ {'t': 20.0, 'big': 1e300} | tojson }}|{{ ('Be nice.' ~ '\\u3000\\xa0') | trim }}|"
+     "{{ '\\u2003x y\\u2003'.split() }}|{{ ' a  b '.split(none, 1) }}|{{ 'abc'.replace('', '-') }}\r\n"
+     "{{ {'a': '\\u00e9', 'b': [1]} | tojson(true) }}|{{ {'a': 1} | tojson(indent=2) }}|"
+     "{{ {'a': [1, 2]} | tojson(separators=(',', ':')) }}|{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}\r"
+     "{{ -5|abs }}|{{ 'tool_call'|title }}|{{ \"they're here\"|title }}|{{ 'hello world'.title() }}|"
+     "{{ 'x-ray (b)'|capitalize }}\n"
+     "{% if messages|selectattr('role', 'equalto', 'nobody') %}gen-true{% endif %}|"
+     "{{ messages|map(attribute='role')|select('ne', 'user')|list }}|"
+     "{{ ['a', 'b', 'c']|reject('equalto', 'b')|join(',') }}|{{ [0, 1, '', 'x']|select|list }}\n"
+     "{{ true == 1 }}|{{ true is number }}|{{ true is integer }}|{{ '' is lower }}|{{ 'ab1' is lower }}|"
+     "{{ 'AB' is upper }}|{{ '12abc'|int }}|{{ '0x1A'|int }}|{{ ' 42 '|int }}|{{ '3.7'|int }}|"
+     "{{ '1e3'|float }}|{{ 'x'|float }}|{{ 1e3 }}|{{ 1_000 }}|{{ 2.5e-3 }}|{{ '\\101\\a'|length }}\n"
+     "{{ 10 // 3 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|{{ 7 % -3 }}|{{ 2 ** -1 }}|{{ 2 ** 10 }}|{{ 3 * 'ab' }}|"
+     "{{ [1] * 3 }}|{{ 7 / 2 }}|{{ 1 - -1 }}|{{ dict(b=1, a=2) }}|{{ 'ab'[1::5] }}|"
+     "{{ [1, 2, 3][::-2] }}|{{ 'h\u00e9llo'[1:3] }}\n"
+     "{% set ns = namespace(x=0) %}{% set alias = ns %}{% set alias.x = 5 %}{{ ns.x }}|"
+     "{% set outer = 1 %}{% set blk %}{% set outer = 2 %}{{ outer }}{% endset %}{{ blk }}{{ outer }}\n"
+     "{% for m in messages %}{{ loop.index }}{% if loop.last %}.{% endif %}{% endfor %}\n"),
     # A template written for these tests: the rest of the subset (loop variables, slices,
     # tests, filters, methods, Python's str() of values, the operators).
     ("subset-exercise", "<s>", "</s>",
@@ -237,6 +300,13 @@ CONVERSATIONS = [
         {"role": "assistant", "content": "\ttabbed {{ not a tag }} {% neither %}"},
         {"role": "user", "content": "  spaced  "},
     ]),
+    ("tool_turns", [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+    ]),
     ("bad_order", [
         {"role": "user", "content": "one"},
         {"role": "user", "content": "two"},
@@ -269,6 +339,9 @@ def main():
                                  "bos_token": bos, "eos_token": eos}
                     if tools is not None:
                         variables["tools"] = tools
+                        if name == "Llama-3.1-tools":
+                            variables["builtin_tools"] = ["code_interpreter", "brave_search"]
+                            variables["date_string"] = "30 Nov 2026"
                     case = {"template": name, "conversation": conv_name, "variables": variables}
                     try:
                         case["rendered"] = compiled.render(**variables)

@@ -5,6 +5,7 @@
 // one outside the Jinja subset, gets plain ChatML:
 //   <|im_start|>{role}\n{content}<|im_end|>\n   per message
 //   <|im_start|>assistant\n                    when add_generation_prompt
+#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,30 @@ namespace {
 
 std::string TokenText(const TokenizerData& data, int32_t id) {
   return id >= 0 && id < static_cast<int32_t>(data.tokens.size()) ? data.tokens[id] : "";
+}
+
+// Deepest nesting of arrays and objects in JSON text (outside strings): tools and tool calls
+// from a request are bounded before parsing, as the renderer walks them recursively.
+int JsonNesting(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 std::string PlainChatMl(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
@@ -50,6 +75,9 @@ absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
   }
   using Json = nlohmann::ordered_json;
   auto parse = [](std::string_view text, const std::string& what) -> absl::StatusOr<Json> {
+    if (JsonNesting(text) > 32) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": nested deeper than 32 levels"));
+    }
     Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_array()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON array"));

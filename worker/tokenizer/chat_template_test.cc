@@ -75,9 +75,67 @@ TEST(Jinja, RuntimeErrorsAndRunawayTemplatesAreStatuses) {
   auto bad = jinja::Template::Parse("{{ 'a' + 1 }}");
   ASSERT_TRUE(bad.ok());
   EXPECT_FALSE(bad->Render(json::object()).ok());
-  auto undefined_ok = jinja::Template::Parse("[{{ nothing }}][{{ nothing.attr }}]");
-  ASSERT_TRUE(undefined_ok.ok());
-  EXPECT_EQ(*undefined_ok->Render(json::object()), "[][]");
+  // As jinja2's Undefined: printed as nothing, but its attributes are errors.
+  auto undefined = jinja::Template::Parse("[{{ nothing }}]");
+  ASSERT_TRUE(undefined.ok());
+  EXPECT_EQ(*undefined->Render(json::object()), "[]");
+  auto attr = jinja::Template::Parse("{{ nothing.attr }}");
+  ASSERT_TRUE(attr.ok());
+  EXPECT_FALSE(attr->Render(json::object()).ok());
+}
+
+// What an independent review fed the renderer (templates from corrupt or hostile model files,
+// messages and tools from users): each is an error status or a bounded result, never a crash,
+// a hang or unbounded memory.
+TEST(Jinja, HostileTemplatesAndInputsStayBounded) {
+  auto render = [](const std::string& source, const json& vars = json::object()) {
+    auto t = jinja::Template::Parse(source);
+    if (!t.ok()) return absl::StatusOr<std::string>(t.status());
+    return t->Render(vars);
+  };
+  std::string sum = "{{ 1", nots = "{{ ", trims = "{{ 'x'", conds = "{{ 1";
+  for (int i = 0; i < 10000; ++i) {
+    sum += "+1";
+    nots += "not ";
+    trims += "|trim";
+    conds += " if true else 1";
+  }
+  for (const std::string& deep : {sum + " }}", nots + "x }}", trims + " }}", conds + " }}"}) {
+    EXPECT_FALSE(render(deep).ok()) << deep.substr(0, 40);  // refused while parsing
+  }
+  for (const char* overflow :
+       {"{{ (-9223372036854775807 - 1) // -1 }}", "{{ 9223372036854775807 + 1 }}", "{{ 10 ** 20 }}",
+        "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) | abs }}"}) {
+    EXPECT_FALSE(render(overflow).ok()) << overflow;
+  }
+  EXPECT_EQ(*render("{{ 'ab'[1::9223372036854775807] }}"), "b");
+  EXPECT_EQ(*render("{{ [1, 2, 3][2::-9223372036854775807] }}"), "[3]");
+  for (const char* huge : {"{{ ('x' * 1000000).replace('x', 'y' * 1000000) }}",
+                           "{{ range(1000000) | join('x' * 100000) }}",
+                           "{% set ns = namespace(s='x' * 1000000) %}{% for i in range(100) %}"
+                           "{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}",
+                           "{% for i in range(1000) %}{% set t = 'y' * 1000000 %}"
+                           "{{ (t ~ t)|length }}{% endfor %}"}) {
+    auto out = render(huge);
+    EXPECT_FALSE(out.ok()) << huge;
+  }
+  // Deeply nested tools or tool calls from a request are refused before the renderer walks them.
+  TokenizerData data;
+  data.chat_template = "{{ tools | tojson }}{% for m in messages %}{{ m.content }}{% endfor %}";
+  std::string nested;
+  for (int i = 0; i < 50000; ++i) nested += "[";
+  for (int i = 0; i < 50000; ++i) nested += "]";
+  EXPECT_FALSE(RenderChat(data, {{"user", "Hi"}}, true, nested).ok());
+  EXPECT_FALSE(RenderChat(data, {{"assistant", "", nested}}, true).ok());
+  // Many messages: each reference to `messages` shares it (no copy per lookup).
+  data.chat_template =
+      "{% for m in messages %}{{ loop.index }}/{{ messages | length }} {{ m.content }}\n{% endfor "
+      "%}";
+  std::vector<ChatMessage> many;
+  for (int i = 0; i < 5000; ++i) many.emplace_back("user", std::string(100, 'a'));
+  auto out = RenderChat(data, many, false);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_NE(out->find("5000/5000 "), std::string::npos);
 }
 
 constexpr char kSmolLm2Template[] =

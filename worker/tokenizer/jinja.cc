@@ -159,12 +159,27 @@ class Lexer {
       } else if (IsDigit(c)) {
         size_t e = p;
         while (e < n && IsDigit(s_[e])) ++e;
-        const bool fraction = e + 1 < n && s_[e] == '.' && IsDigit(s_[e + 1]);
-        if (fraction) {
+        while (e + 1 < n && s_[e] == '_' && IsDigit(s_[e + 1])) {  // 1_000
           ++e;
           while (e < n && IsDigit(s_[e])) ++e;
         }
-        const std::string text(s_.substr(p, e - p));
+        bool fraction = e + 1 < n && s_[e] == '.' && IsDigit(s_[e + 1]);
+        if (fraction) {
+          ++e;
+          while (e < n && (IsDigit(s_[e]) || (s_[e] == '_' && e + 1 < n && IsDigit(s_[e + 1]))))
+            ++e;
+        }
+        if (e < n && (s_[e] == 'e' || s_[e] == 'E')) {  // 1e3, 2.5e-4
+          size_t x = e + 1;
+          if (x < n && (s_[x] == '+' || s_[x] == '-')) ++x;
+          if (x < n && IsDigit(s_[x])) {
+            while (x < n && IsDigit(s_[x])) ++x;
+            e = x;
+            fraction = true;
+          }
+        }
+        std::string text(s_.substr(p, e - p));
+        text.erase(std::remove(text.begin(), text.end(), '_'), text.end());
         json number;
         if (fraction) {
           number = std::strtod(text.c_str(), nullptr);
@@ -244,8 +259,8 @@ class Lexer {
         case 'v':
           value.push_back('\v');
           break;
-        case '0':
-          value.push_back('\0');
+        case 'a':
+          value.push_back('\a');
           break;
         case '\\':
         case '\'':
@@ -257,6 +272,21 @@ class Lexer {
         case 'x':
           hex(2);
           break;
+        case '0':
+        case '1':
+        case '2':
+        case '3':
+        case '4':
+        case '5':
+        case '6':
+        case '7': {
+          uint32_t cp = static_cast<uint32_t>(e - '0');  // up to three octal digits
+          for (int k = 0; k < 2 && i + 1 < n && s_[i + 1] >= '0' && s_[i + 1] <= '7'; ++k) {
+            cp = cp * 8 + static_cast<uint32_t>(s_[++i] - '0');
+          }
+          AppendUtf8(cp, &value);
+          break;
+        }
         case 'u':
           hex(4);
           break;
@@ -310,6 +340,7 @@ struct Expr {
   std::vector<ExprP> args;  // operands, callee or value first; a null slot is an absent part
   std::vector<std::pair<std::string, ExprP>> kwargs;  // kCall, kFilter
   bool negated = false;                               // kTest: "is not"
+  int depth = 1;                                      // of the tree below (bounded: Parser::Push)
 };
 
 struct Node {
@@ -328,7 +359,7 @@ const std::set<std::string, std::less<>>& Filters() {
       "abs",   "capitalize", "count",   "d",       "default", "first",      "float",
       "int",   "items",      "join",    "last",    "length",  "list",       "lower",
       "map",   "rejectattr", "replace", "reverse", "safe",    "selectattr", "string",
-      "title", "tojson",     "trim",    "upper"};
+      "title", "tojson",     "trim",    "upper",   "select",  "reject"};
   return k;
 }
 
@@ -454,7 +485,9 @@ class Parser {
       }
       if (IsName("recursive")) Fail(absl::StrCat("unsupported: recursive loops (at ", at, ")"));
       ExpectBlockEnd();
+      ++loops_;
       node.bodies.push_back(Body({"else", "endfor"}, &end));
+      --loops_;
       if (end == "else") {
         ExpectBlockEnd();
         node.bodies.push_back(Body({"endfor"}, &end));
@@ -484,6 +517,7 @@ class Parser {
       return node;
     }
     if (keyword == "break" || keyword == "continue") {
+      if (loops_ == 0) Fail(absl::StrCat("'", keyword, "' outside a loop at ", at));
       ExpectBlockEnd();
       return Node(keyword == "break" ? Node::kBreak : Node::kContinue);
     }
@@ -505,12 +539,21 @@ class Parser {
   }
   ExprP Make(Expr::Kind kind, size_t pos, ExprP a, ExprP b = nullptr) {
     ExprP e = Make(kind, pos);
-    e->args.push_back(std::move(a));
-    if (b != nullptr) e->args.push_back(std::move(b));
+    Push(e.get(), std::move(a));
+    if (b != nullptr) Push(e.get(), std::move(b));
     return e;
   }
+  // Adds an operand, keeping trees shallow enough for the recursive renderer (and destructor):
+  // chains such as 1+1+...+1 are built iteratively but evaluated recursively.
+  void Push(Expr* e, ExprP child) {
+    if (child != nullptr) e->depth = std::max(e->depth, child->depth + 1);
+    if (e->depth > kMaxExprDepth) Fail(absl::StrCat("expression nested too deeply at ", e->pos));
+    e->args.push_back(std::move(child));
+  }
+  static constexpr int kMaxExprDepth = 100;
 
   ExprP Expression(bool conditional = true) {
+    const Nesting nesting(this);
     ExprP e = Or();
     if (conditional && IsName("if")) {
       const size_t pos = Peek().pos;
@@ -519,7 +562,7 @@ class Parser {
       ExprP c = Make(Expr::kCond, pos, std::move(cond), std::move(e));
       if (IsName("else")) {
         ++i_;
-        c->args.push_back(Expression());
+        Push(c.get(), Expression());
       }
       return c;
     }
@@ -542,6 +585,7 @@ class Parser {
     return e;
   }
   ExprP Not() {
+    const Nesting nesting(this);
     if (IsName("not")) {
       const size_t pos = t_[i_++].pos;
       return Make(Expr::kNot, pos, Not());
@@ -582,17 +626,23 @@ class Parser {
   ExprP Math1() { return Binary(&Parser::Concat, {"+", "-"}); }
   ExprP Concat() { return Binary(&Parser::Math2, {"~"}); }
   ExprP Math2() { return Binary(&Parser::Pow, {"*", "/", "//", "%"}); }
-  ExprP Pow() { return Binary(&Parser::Unary, {"**"}); }
-  ExprP Unary() {
+  ExprP Pow() { return Binary(&Parser::Operand, {"**"}); }
+  ExprP Operand() { return Unary(); }
+  // jinja2's parse_unary: a sign applies to the operand before its filters (-5|abs is 5).
+  ExprP Unary(bool with_filter = true) {
     const Nesting nesting(this);
+    ExprP e;
     if (IsOp("-") || IsOp("+")) {
       const bool minus = IsOp("-");
       const size_t pos = t_[i_++].pos;
-      ExprP e = Unary();
-      if (!minus) return e;
-      return Make(Expr::kNeg, pos, std::move(e));
+      e = Unary(/*with_filter=*/false);
+      if (minus) e = Make(Expr::kNeg, pos, std::move(e));
+    } else {
+      e = Primary();
     }
-    return FilterTail(Postfix(Primary()));
+    e = Postfix(std::move(e));
+    if (with_filter) e = FilterTail(std::move(e));
+    return e;
   }
 
   ExprP Primary() {
@@ -638,7 +688,7 @@ class Parser {
         while (IsOp(",")) {
           ++i_;
           if (IsOp(")")) break;
-          list->args.push_back(Expression());
+          Push(list.get(), Expression());
         }
         e = std::move(list);
       }
@@ -649,7 +699,7 @@ class Parser {
       ++i_;
       ExprP list = Make(Expr::kList, pos);
       while (!IsOp("]")) {
-        list->args.push_back(Expression());
+        Push(list.get(), Expression());
         if (!IsOp(",")) break;
         ++i_;
       }
@@ -660,9 +710,9 @@ class Parser {
       ++i_;
       ExprP dict = Make(Expr::kDict, pos);
       while (!IsOp("}")) {
-        dict->args.push_back(Expression());
+        Push(dict.get(), Expression());
         ExpectOp(":");
-        dict->args.push_back(Expression());
+        Push(dict.get(), Expression());
         if (!IsOp(",")) break;
         ++i_;
       }
@@ -705,10 +755,22 @@ class Parser {
           e = Make(Expr::kItem, pos, std::move(e), std::move(parts[0]));
         } else {
           ExprP slice = Make(Expr::kSlice, pos, std::move(e));
-          for (ExprP& p : parts) slice->args.push_back(std::move(p));
+          for (ExprP& p : parts) Push(slice.get(), std::move(p));
           e = std::move(slice);
         }
       } else if (IsOp("(")) {
+        static const std::set<std::string, std::less<>> kMethods = {
+            "strip",      "lstrip", "rstrip",     "upper",    "lower",   "title",
+            "capitalize", "split",  "startswith", "endswith", "replace", "find",
+            "join",       "items",  "keys",       "values",   "get"};
+        static const std::set<std::string, std::less<>> kFunctions = {
+            "range", "namespace", "dict", "raise_exception", "strftime_now"};
+        if (e->kind == Expr::kAttr && kMethods.count(e->name) == 0) {
+          Fail(absl::StrCat("unsupported method '", e->name, "()' at ", pos));
+        }
+        if (e->kind == Expr::kName && kFunctions.count(e->name) == 0) {
+          Fail(absl::StrCat("unsupported function '", e->name, "()' at ", pos));
+        }
         ExprP call = Make(Expr::kCall, pos, std::move(e));
         Arguments(call.get());
         e = std::move(call);
@@ -725,9 +787,13 @@ class Parser {
       if (Peek().kind == T::kName && IsOp("=", 1)) {
         std::string key = t_[i_].text;
         i_ += 2;
-        e->kwargs.emplace_back(std::move(key), Expression());
+        ExprP value = Expression();
+        e->depth = std::max(e->depth, value->depth + 1);
+        if (e->depth > kMaxExprDepth)
+          Fail(absl::StrCat("expression nested too deeply at ", e->pos));
+        e->kwargs.emplace_back(std::move(key), std::move(value));
       } else {
-        e->args.push_back(Expression());
+        Push(e, Expression());
       }
       if (!IsOp(",")) break;
       ++i_;
@@ -767,7 +833,7 @@ class Parser {
         } else if (Peek().kind == T::kString || Peek().kind == T::kNumber ||
                    (Peek().kind == T::kName && !IsName("and") && !IsName("or") && !IsName("if") &&
                     !IsName("else") && !IsName("in") && !IsName("is") && !IsName("not"))) {
-          test->args.push_back(Postfix(Primary()));
+          Push(test.get(), Postfix(Primary()));
         }
         e = std::move(test);
       } else {
@@ -789,26 +855,62 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int depth_ = 0;
+  int loops_ = 0;  // for loops around the statement being parsed
 };
 
 // ---------------------------------------------------------------------------------------------
 // Values
 
+// A value shares its JSON (a name's lookup copies no data); only a namespace is ever changed
+// in place, so variables naming the same namespace see its changes, as in Python.
 struct Value {
-  json j;
+  std::shared_ptr<json> p;  // null when undefined
   bool undefined = false;
+  bool ns = false;    // made by namespace(): attributes may be set
+  bool lazy = false;  // what jinja2 returns as a generator (select, map, ...): always true
+  const json& j() const {
+    static const json kNull;
+    return p ? *p : kNull;
+  }
 };
+
+// jinja2 returns a generator from select, reject, map and reverse: always true, no length.
+Value Lazy(Value v) {
+  v.lazy = true;
+  return v;
+}
 
 Value Undefined() {
   Value v;
   v.undefined = true;
   return v;
 }
-Value Of(json j) { return Value{std::move(j), false}; }
+Value Of(json j) {
+  Value v;
+  v.p = std::make_shared<json>(std::move(j));
+  return v;
+}
+
+// Any one string or list a template builds is at most this big; what all its operations build
+// together is bounded by Renderer::kMaxBytes.
+constexpr size_t kMaxValue = size_t{16} << 20;
+void CheckSize(size_t bytes) {
+  if (bytes > kMaxValue) Fail("a value of the template grows past 16 MB");
+}
+
+// Offsets of the code points of s, and s.size() last.
+std::vector<size_t> CodePoints(const std::string& s) {
+  std::vector<size_t> at;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) at.push_back(i);
+  }
+  at.push_back(s.size());
+  return at;
+}
 
 std::string TypeName(const Value& v) {
   if (v.undefined) return "undefined";
-  switch (v.j.type()) {
+  switch (v.j().type()) {
     case json::value_t::null:
       return "none";
     case json::value_t::boolean:
@@ -828,7 +930,8 @@ std::string TypeName(const Value& v) {
 
 bool Truthy(const Value& v) {
   if (v.undefined) return false;
-  const json& j = v.j;
+  if (v.lazy) return true;
+  const json& j = v.j();
   switch (j.type()) {
     case json::value_t::null:
       return false;
@@ -847,27 +950,50 @@ bool Truthy(const Value& v) {
 }
 
 bool IsInt(const json& j) { return j.is_number_integer(); }
+// Python's numbers: bool is an int there.
+bool Numeric(const json& j) { return j.is_number() || j.is_boolean(); }
+int64_t AsInt(const json& j) {
+  if (j.is_boolean()) return j.get<bool>() ? 1 : 0;
+  if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    Fail("an integer over 2^63");
+  }
+  return j.get<int64_t>();
+}
+double AsDouble(const json& j) {
+  return j.is_boolean() ? (j.get<bool>() ? 1.0 : 0.0) : j.get<double>();
+}
 
 // Python's repr of a float: the shortest text that reads back, with ".0" on integral values.
 std::string FloatRepr(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  char buf[32];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, d);
+  // The shortest digits that read back, as d.ddde[+-]X.
+  char buf[40];
+  for (int precision = 0; precision <= 16; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*e", precision, d);
     if (std::strtod(buf, nullptr) == d) break;
   }
-  std::string s = buf;
-  const size_t e = s.find('e');
-  if (e != std::string::npos) {  // Python: 1e+16, 1.5e-07
-    std::string mantissa = s.substr(0, e), exponent = s.substr(e + 1);
-    const char sign = exponent[0] == '-' ? '-' : '+';
-    if (exponent[0] == '-' || exponent[0] == '+') exponent.erase(0, 1);
-    while (exponent.size() > 2 && exponent[0] == '0') exponent.erase(0, 1);
-    return mantissa + "e" + sign + exponent;
+  std::string text = buf;
+  const size_t e = text.find('e');
+  const int exponent = std::atoi(text.c_str() + e + 1);
+  std::string digits;
+  for (size_t i = 0; i < e; ++i) {
+    if (IsDigit(text[i])) digits += text[i];
   }
-  if (s.find('.') == std::string::npos) s += ".0";
-  return s;
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const std::string sign = d < 0 || (d == 0 && std::signbit(d)) ? "-" : "";
+  if (exponent < -4 || exponent >= 16) {  // Python's repr: 1e+16, 1.5e-07
+    std::string m = digits.substr(0, 1);
+    if (digits.size() > 1) m += "." + digits.substr(1);
+    char ebuf[16];
+    std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    return sign + m + ebuf;
+  }
+  if (exponent < 0)
+    return sign + "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
+  const size_t point = static_cast<size_t>(exponent) + 1;
+  if (digits.size() <= point) return sign + digits + std::string(point - digits.size(), '0') + ".0";
+  return sign + digits.substr(0, point) + "." + digits.substr(point);
 }
 
 std::string Repr(const json& j);
@@ -875,7 +1001,7 @@ std::string Repr(const json& j);
 // Python's str() of a value, as {{ }} prints it.
 std::string Str(const Value& v) {
   if (v.undefined) return "";
-  const json& j = v.j;
+  const json& j = v.j();
   switch (j.type()) {
     case json::value_t::string:
       return j.get<std::string>();
@@ -939,15 +1065,20 @@ std::string Repr(const json& j) {
   return Str(Of(j));
 }
 
-// Python's json.dumps(j, ensure_ascii, indent, sort_keys): ", " and ": " between items on one
-// line, "," and ": " with an indent.
-void Dumps(const json& j, bool ascii, int indent, bool sort, int depth, std::string* out) {
+// Python's json.dumps options: item and key separators (", " and ": "; "," with an indent),
+// the indent (pretty: a newline and the indent per level), ensure_ascii, sort_keys.
+struct DumpStyle {
+  bool ascii = false, sort = false, pretty = false;
+  std::string indent, item = ", ", key = ": ";
+};
+
+void Dumps(const json& j, const DumpStyle& style, int depth, std::string* out) {
   auto newline = [&](int d) {
-    if (indent < 0) return;
+    if (!style.pretty) return;
     *out += '\n';
-    out->append(static_cast<size_t>(indent * d), ' ');
+    for (int k = 0; k < d; ++k) *out += style.indent;
   };
-  const char* item_sep = indent < 0 ? ", " : ",";
+  const bool ascii = style.ascii;
   switch (j.type()) {
     case json::value_t::string: {
       *out += '"';
@@ -998,9 +1129,10 @@ void Dumps(const json& j, bool ascii, int indent, bool sort, int depth, std::str
       }
       *out += '[';
       for (size_t i = 0; i < j.size(); ++i) {
-        if (i) *out += item_sep;
+        if (i) *out += style.item;
         newline(depth + 1);
-        Dumps(j[i], ascii, indent, sort, depth + 1, out);
+        Dumps(j[i], style, depth + 1, out);
+        CheckSize(out->size());
       }
       newline(depth);
       *out += ']';
@@ -1012,14 +1144,15 @@ void Dumps(const json& j, bool ascii, int indent, bool sort, int depth, std::str
       }
       std::vector<std::string> keys;
       for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-      if (sort) std::sort(keys.begin(), keys.end());
+      if (style.sort) std::sort(keys.begin(), keys.end());
       *out += '{';
       for (size_t i = 0; i < keys.size(); ++i) {
-        if (i) *out += item_sep;
+        if (i) *out += style.item;
         newline(depth + 1);
-        Dumps(json(keys[i]), ascii, indent, sort, depth + 1, out);
-        *out += ": ";
-        Dumps(j.at(keys[i]), ascii, indent, sort, depth + 1, out);
+        Dumps(json(keys[i]), style, depth + 1, out);
+        *out += style.key;
+        Dumps(j.at(keys[i]), style, depth + 1, out);
+        CheckSize(out->size());
       }
       newline(depth);
       *out += '}';
@@ -1044,26 +1177,49 @@ void Dumps(const json& j, bool ascii, int indent, bool sort, int depth, std::str
   }
 }
 
-// Offsets of the code points of s, and s.size() last.
-std::vector<size_t> CodePoints(const std::string& s) {
-  std::vector<size_t> at;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) at.push_back(i);
+// The length of the Unicode whitespace character (Python's str.isspace) at s[i], or 0.
+size_t SpaceAt(const std::string& s, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  if (IsSpace(static_cast<char>(c)) || (c >= 0x1c && c <= 0x1f)) return 1;
+  if (c == 0xC2 && i + 1 < s.size()) {  // U+0085, U+00A0
+    const unsigned char d = static_cast<unsigned char>(s[i + 1]);
+    return d == 0x85 || d == 0xA0 ? 2 : 0;
   }
-  at.push_back(s.size());
-  return at;
+  if (i + 2 >= s.size()) return 0;
+  const unsigned char d = static_cast<unsigned char>(s[i + 1]),
+                      f = static_cast<unsigned char>(s[i + 2]);
+  if (c == 0xE1 && d == 0x9A && f == 0x80) return 3;  // U+1680
+  if (c == 0xE2 && d == 0x80 && ((f >= 0x80 && f <= 0x8A) || f == 0xA8 || f == 0xA9 || f == 0xAF)) {
+    return 3;  // U+2000..200A, U+2028, U+2029, U+202F
+  }
+  if (c == 0xE2 && d == 0x81 && f == 0x9F) return 3;  // U+205F
+  if (c == 0xE3 && d == 0x80 && f == 0x80) return 3;  // U+3000
+  return 0;
 }
 
+// Python's str.strip/lstrip/rstrip: Unicode whitespace, or the code points of `chars`.
 std::string StripChars(const std::string& s, const std::string* chars, bool left, bool right) {
-  auto strip = [&](char c) {
-    return chars == nullptr ? IsSpace(c) : chars->find(c) != std::string::npos;
+  const std::vector<size_t> at = CodePoints(s);
+  const size_t n = at.size() - 1;
+  auto strip = [&](size_t k) {
+    const size_t len = at[k + 1] - at[k];
+    if (chars == nullptr) return SpaceAt(s, at[k]) == len;
+    const std::string cp = s.substr(at[k], len);
+    for (size_t q = 0; q + len <= chars->size(); ++q) {
+      if (chars->compare(q, len, cp) == 0 &&
+          ((static_cast<unsigned char>((*chars)[q]) & 0xC0) != 0x80))
+        return true;
+    }
+    return false;
   };
-  size_t b = 0, e = s.size();
-  if (left)
-    while (b < e && strip(s[b])) ++b;
-  if (right)
-    while (e > b && strip(s[e - 1])) --e;
-  return s.substr(b, e - b);
+  size_t b = 0, e = n;
+  if (left) {
+    while (b < e && strip(b)) ++b;
+  }
+  if (right) {
+    while (e > b && strip(e - 1)) --e;
+  }
+  return s.substr(at[b], at[e] - at[b]);
 }
 
 std::string Title(const std::string& s, bool only_first) {
@@ -1133,17 +1289,19 @@ class Renderer {
             scopes_.back()[node.text] = std::move(v);
           } else {
             Value* ns = Lookup(node.text);
-            if (ns == nullptr || !ns->j.is_object()) {
+            if (ns == nullptr || !ns->ns) {
               Fail(absl::StrCat("cannot set '", node.text, ".", node.attr, "': '", node.text,
                                 "' is not a namespace"));
             }
-            ns->j[node.attr] = std::move(v.j);
+            (*ns->p)[node.attr] = v.j();
           }
           break;
         }
         case Node::kSetBlock: {
           std::string s;
+          scopes_.emplace_back();  // what the block sets stays inside it
           Exec(node.bodies[0], &s);
+          scopes_.pop_back();
           scopes_.back()[node.text] = Of(s);
           break;
         }
@@ -1170,15 +1328,16 @@ class Renderer {
   }
 
   static std::vector<json> Items(const Value& v) {
-    if (v.undefined || v.j.is_null()) return {};
-    if (v.j.is_array()) return std::vector<json>(v.j.begin(), v.j.end());
+    if (v.undefined) return {};
+    if (v.j().is_null()) Fail("none is not iterable");
+    if (v.j().is_array()) return std::vector<json>(v.j().begin(), v.j().end());
     std::vector<json> items;
-    if (v.j.is_object()) {
-      for (auto it = v.j.begin(); it != v.j.end(); ++it) items.emplace_back(it.key());
+    if (v.j().is_object()) {
+      for (auto it = v.j().begin(); it != v.j().end(); ++it) items.emplace_back(it.key());
       return items;
     }
-    if (v.j.is_string()) {
-      const std::string& s = v.j.get_ref<const std::string&>();
+    if (v.j().is_string()) {
+      const std::string& s = v.j().get_ref<const std::string&>();
       const std::vector<size_t> at = CodePoints(s);
       for (size_t i = 0; i + 1 < at.size(); ++i)
         items.emplace_back(s.substr(at[i], at[i + 1] - at[i]));
@@ -1233,7 +1392,21 @@ class Renderer {
     }
   }
 
+  // Every value an operation builds counts against kMaxBytes, so no template holds or churns
+  // unbounded memory (each value alone is bounded by kMaxValue where it is built).
   Value Eval(const Expr& e) {
+    Value v = Compute(e);
+    if (e.kind != Expr::kLiteral && e.kind != Expr::kName && e.kind != Expr::kAttr && v.p) {
+      const json& j = v.j();
+      made_ += j.is_string()       ? j.get_ref<const std::string&>().size()
+               : j.is_structured() ? j.size() * 16
+                                   : 8;
+      if (made_ > kMaxBytes) Fail("the template builds over 256 MB of values");
+    }
+    return v;
+  }
+
+  Value Compute(const Expr& e) {
     switch (e.kind) {
       case Expr::kLiteral:
         return Of(e.literal);
@@ -1258,8 +1431,12 @@ class Renderer {
       }
       case Expr::kNeg: {
         const Value v = Eval(*e.args[0]);
-        if (!v.undefined && IsInt(v.j)) return Of(-v.j.get<int64_t>());
-        if (!v.undefined && v.j.is_number()) return Of(-v.j.get<double>());
+        if (!v.undefined && IsInt(v.j())) {
+          const int64_t n = AsInt(v.j());
+          if (n == INT64_MIN) Fail(absl::StrCat("integer overflow in '-' (at ", e.pos, ")"));
+          return Of(-n);
+        }
+        if (!v.undefined && v.j().is_number()) return Of(-v.j().get<double>());
         Fail(absl::StrCat("cannot negate a ", TypeName(v), " (at ", e.pos, ")"));
       }
       case Expr::kBinary:
@@ -1279,13 +1456,13 @@ class Renderer {
         return e.args.size() > 2 ? Eval(*e.args[2]) : Undefined();
       case Expr::kList: {
         json list = json::array();
-        for (const ExprP& a : e.args) list.push_back(Eval(*a).j);
+        for (const ExprP& a : e.args) list.push_back(Eval(*a).j());
         return Of(std::move(list));
       }
       case Expr::kDict: {
         json dict = json::object();
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
-          dict[Str(Eval(*e.args[k]))] = Eval(*e.args[k + 1]).j;
+          dict[Str(Eval(*e.args[k]))] = Eval(*e.args[k + 1]).j();
         }
         return Of(std::move(dict));
       }
@@ -1294,26 +1471,28 @@ class Renderer {
   }
 
   static Value Attribute(const Value& v, const std::string& name) {
-    if (!v.undefined && v.j.is_object()) {
-      auto it = v.j.find(name);
-      return it != v.j.end() ? Of(*it) : Undefined();
+    if (v.undefined) Fail(absl::StrCat("'", name, "' of an undefined value"));
+    if (v.j().is_object()) {
+      auto it = v.j().find(name);
+      return it != v.j().end() ? Of(*it) : Undefined();
     }
     return Undefined();
   }
 
   static Value Item(const Value& v, const Value& key) {
-    if (v.undefined || key.undefined) return Undefined();
-    if (v.j.is_object())
-      return key.j.is_string() ? Attribute(v, key.j.get<std::string>()) : Undefined();
-    if (!IsInt(key.j)) return Undefined();
-    int64_t i = key.j.get<int64_t>();
-    if (v.j.is_array()) {
-      const int64_t n = static_cast<int64_t>(v.j.size());
+    if (v.undefined) Fail("an item of an undefined value");
+    if (key.undefined || v.lazy) return Undefined();
+    if (v.j().is_object())
+      return key.j().is_string() ? Attribute(v, key.j().get<std::string>()) : Undefined();
+    if (!IsInt(key.j())) return Undefined();
+    int64_t i = key.j().get<int64_t>();
+    if (v.j().is_array()) {
+      const int64_t n = static_cast<int64_t>(v.j().size());
       if (i < 0) i += n;
-      return i >= 0 && i < n ? Of(v.j[static_cast<size_t>(i)]) : Undefined();
+      return i >= 0 && i < n ? Of(v.j()[static_cast<size_t>(i)]) : Undefined();
     }
-    if (v.j.is_string()) {
-      const std::string& s = v.j.get_ref<const std::string&>();
+    if (v.j().is_string()) {
+      const std::string& s = v.j().get_ref<const std::string&>();
       const std::vector<size_t> at = CodePoints(s);
       const int64_t n = static_cast<int64_t>(at.size()) - 1;
       if (i < 0) i += n;
@@ -1328,16 +1507,16 @@ class Renderer {
     auto part = [&](int k) -> std::optional<int64_t> {
       if (e.args[k] == nullptr) return std::nullopt;
       const Value p = Eval(*e.args[k]);
-      if (p.undefined || p.j.is_null()) return std::nullopt;
-      if (!IsInt(p.j)) Fail(absl::StrCat("slice indices must be integers (at ", e.pos, ")"));
-      return p.j.get<int64_t>();
+      if (p.undefined || p.j().is_null()) return std::nullopt;
+      if (!IsInt(p.j())) Fail(absl::StrCat("slice indices must be integers (at ", e.pos, ")"));
+      return p.j().get<int64_t>();
     };
     const std::optional<int64_t> start = part(1), stop = part(2), step_opt = part(3);
     const int64_t step = step_opt.value_or(1);
     if (step == 0) Fail("slice step cannot be zero");
     std::vector<json> items;
-    const bool text = !v.undefined && v.j.is_string();
-    if (text || (!v.undefined && v.j.is_array())) {
+    const bool text = !v.undefined && v.j().is_string();
+    if (text || (!v.undefined && v.j().is_array())) {
       items = Items(v);
     } else {
       Fail(absl::StrCat("cannot slice a ", TypeName(v), " (at ", e.pos, ")"));
@@ -1353,12 +1532,18 @@ class Renderer {
     const int64_t b = clamp(start, step > 0 ? 0 : n - 1), s = clamp(stop, step > 0 ? n : -1);
     json out = json::array();
     std::string str;
-    for (int64_t i = b; step > 0 ? i < s : i > s; i += step) {
+    for (int64_t i = b; step > 0 ? i < s : i > s;) {
       if (text) {
         str += items[static_cast<size_t>(i)].get<std::string>();
       } else {
         out.push_back(items[static_cast<size_t>(i)]);
       }
+      // The next index, unless it is past the end (compared without overflowing).
+      const uint64_t left = step > 0 ? static_cast<uint64_t>(s - i) : static_cast<uint64_t>(i - s);
+      const uint64_t stride =
+          step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+      if (left <= stride) break;
+      i += step;
     }
     return text ? Of(str) : Of(std::move(out));
   }
@@ -1392,14 +1577,14 @@ class Renderer {
     if (f == "range") {
       int64_t a = 0, b = 0, step = 1;
       for (const Value& v : args) {
-        if (v.undefined || !IsInt(v.j)) Fail("range: arguments must be integers");
+        if (v.undefined || !IsInt(v.j())) Fail("range: arguments must be integers");
       }
       if (args.size() == 1) {
-        b = args[0].j.get<int64_t>();
+        b = args[0].j().get<int64_t>();
       } else if (args.size() >= 2) {
-        a = args[0].j.get<int64_t>();
-        b = args[1].j.get<int64_t>();
-        if (args.size() > 2) step = args[2].j.get<int64_t>();
+        a = args[0].j().get<int64_t>();
+        b = args[1].j().get<int64_t>();
+        if (args.size() > 2) step = args[2].j().get<int64_t>();
       }
       if (step == 0) Fail("range: step is zero");
       json out = json::array();
@@ -1411,18 +1596,20 @@ class Renderer {
     }
     if (f == "namespace" || f == "dict") {
       json obj = json::object();
-      if (!args.empty() && args[0].j.is_object()) obj = args[0].j;
-      for (auto& [key, value] : kwargs) obj[key] = value.j;
-      return Of(std::move(obj));
+      if (!args.empty() && args[0].j().is_object()) obj = args[0].j();
+      for (const auto& kw : e.kwargs) obj[kw.first] = kwargs.at(kw.first).j();  // in order
+      Value v = Of(std::move(obj));
+      v.ns = f == "namespace";
+      return v;
     }
     if (f == "strftime_now") {
       const Value* fmt = arg(0, "format");
-      if (fmt == nullptr || !fmt->j.is_string()) Fail("strftime_now: takes a format string");
+      if (fmt == nullptr || !fmt->j().is_string()) Fail("strftime_now: takes a format string");
       const std::time_t now = std::time(nullptr);
       std::tm tm{};
       localtime_r(&now, &tm);
       char buf[256];
-      const size_t len = std::strftime(buf, sizeof(buf), fmt->j.get<std::string>().c_str(), &tm);
+      const size_t len = std::strftime(buf, sizeof(buf), fmt->j().get<std::string>().c_str(), &tm);
       return Of(std::string(buf, len));
     }
     Fail(absl::StrCat("unknown function '", f, "' (at ", e.pos, ")"));
@@ -1431,11 +1618,11 @@ class Renderer {
   static Value Method(const Value& self, const std::string& name, const std::vector<Value>& args,
                       size_t pos) {
     auto str_arg = [&](size_t k) -> const std::string* {
-      return k < args.size() && args[k].j.is_string() ? &args[k].j.get_ref<const std::string&>()
-                                                      : nullptr;
+      return k < args.size() && args[k].j().is_string() ? &args[k].j().get_ref<const std::string&>()
+                                                        : nullptr;
     };
-    if (!self.undefined && self.j.is_string()) {
-      const std::string& s = self.j.get_ref<const std::string&>();
+    if (!self.undefined && self.j().is_string()) {
+      const std::string& s = self.j().get_ref<const std::string&>();
       if (name == "strip") return Of(StripChars(s, str_arg(0), true, true));
       if (name == "lstrip") return Of(StripChars(s, str_arg(0), true, false));
       if (name == "rstrip") return Of(StripChars(s, str_arg(0), false, true));
@@ -1444,8 +1631,8 @@ class Renderer {
       if (name == "capitalize") return Of(Title(s, true));
       if (name == "startswith" || name == "endswith") {
         std::vector<std::string> options;
-        if (!args.empty() && args[0].j.is_array()) {
-          for (const json& o : args[0].j)
+        if (!args.empty() && args[0].j().is_array()) {
+          for (const json& o : args[0].j())
             options.push_back(o.is_string() ? o.get<std::string>() : "");
         } else if (const std::string* o = str_arg(0)) {
           options.push_back(*o);
@@ -1464,19 +1651,18 @@ class Renderer {
       if (name == "split") {
         json out = json::array();
         const std::string* sep = str_arg(0);
-        int64_t max = args.size() > 1 && IsInt(args[1].j) ? args[1].j.get<int64_t>() : -1;
+        int64_t max = args.size() > 1 && IsInt(args[1].j()) ? args[1].j().get<int64_t>() : -1;
         if (sep == nullptr) {  // runs of whitespace, no empty parts
           size_t i = 0;
           while (i < s.size()) {
-            while (i < s.size() && IsSpace(s[i])) ++i;
+            while (i < s.size() && SpaceAt(s, i) > 0) i += SpaceAt(s, i);
             if (i >= s.size()) break;
             size_t j = i;
-            if (max == 0) {
-              j = s.size();
-              while (j > i && IsSpace(s[j - 1])) --j;
-            } else {
-              while (j < s.size() && !IsSpace(s[j])) ++j;
+            if (max == 0) {  // the rest, as it is
+              out.push_back(s.substr(i));
+              break;
             }
+            while (j < s.size() && SpaceAt(s, j) == 0) ++j;
             out.push_back(s.substr(i, j - i));
             if (max > 0) --max;
             i = j;
@@ -1501,7 +1687,7 @@ class Renderer {
         const std::string* to = str_arg(1);
         if (from == nullptr || to == nullptr) Fail("replace: takes two strings");
         return Of(Replace(s, *from, *to,
-                          args.size() > 2 && IsInt(args[2].j) ? args[2].j.get<int64_t>() : -1));
+                          args.size() > 2 && IsInt(args[2].j()) ? args[2].j().get<int64_t>() : -1));
       }
       if (name == "find") {
         const std::string* sub = str_arg(0);
@@ -1514,20 +1700,23 @@ class Renderer {
       if (name == "join") {
         std::string out;
         const std::vector<json> items = args.empty() ? std::vector<json>() : Items(args[0]);
-        for (size_t k = 0; k < items.size(); ++k) out += (k ? s : "") + Str(Of(items[k]));
+        for (size_t k = 0; k < items.size(); ++k) {
+          out += (k ? s : "") + Str(Of(items[k]));
+          CheckSize(out.size());
+        }
         return Of(out);
       }
     }
-    if (!self.undefined && self.j.is_object()) {
+    if (!self.undefined && self.j().is_object()) {
       if (name == "items") {
         json out = json::array();
-        for (auto it = self.j.begin(); it != self.j.end(); ++it)
+        for (auto it = self.j().begin(); it != self.j().end(); ++it)
           out.push_back({it.key(), it.value()});
         return Of(std::move(out));
       }
       if (name == "keys" || name == "values") {
         json out = json::array();
-        for (auto it = self.j.begin(); it != self.j.end(); ++it) {
+        for (auto it = self.j().begin(); it != self.j().end(); ++it) {
           out.push_back(name == "keys" ? json(it.key()) : it.value());
         }
         return Of(std::move(out));
@@ -1543,11 +1732,23 @@ class Renderer {
 
   static std::string Replace(const std::string& s, const std::string& from, const std::string& to,
                              int64_t count) {
-    if (from.empty()) return s;
     std::string out;
+    if (from.empty()) {  // Python: the replacement around every character
+      const std::vector<size_t> at = CodePoints(s);
+      for (size_t k = 0; k + 1 < at.size(); ++k) {
+        if (count != 0) {
+          out += to;
+          --count;
+        }
+        out += s.substr(at[k], at[k + 1] - at[k]);
+        CheckSize(out.size());
+      }
+      return count != 0 ? out + to : out;
+    }
     size_t i = 0;
     for (size_t j; count != 0 && (j = s.find(from, i)) != std::string::npos; --count) {
       out += s.substr(i, j - i) + to;
+      CheckSize(out.size());
       i = j + from.size();
     }
     return out + s.substr(i);
@@ -1568,64 +1769,116 @@ class Renderer {
       return it != kwargs.end() ? &it->second : nullptr;
     };
     auto need_string = [&]() -> const std::string& {
-      if (v.undefined || !v.j.is_string()) {
+      if (v.undefined || !v.j().is_string()) {
         Fail(
             absl::StrCat("filter ", f, ": takes a string, got a ", TypeName(v), " (at ", pos, ")"));
       }
-      return v.j.get_ref<const std::string&>();
+      return v.j().get_ref<const std::string&>();
     };
     if (f == "safe") return v;
     if (f == "trim") {
       const Value* chars = arg(0, "chars");
-      const std::string* c = chars != nullptr && chars->j.is_string()
-                                 ? &chars->j.get_ref<const std::string&>()
+      const std::string* c = chars != nullptr && chars->j().is_string()
+                                 ? &chars->j().get_ref<const std::string&>()
                                  : nullptr;
       return Of(StripChars(need_string(), c, true, true));
     }
     if (f == "upper" || f == "lower") return Of(Case(need_string(), f == "upper"));
-    if (f == "title") return Of(Title(need_string(), false));
+    if (f == "title") {  // jinja2's do_title, unlike str.title: words begin after -\s({[<
+      std::string out = need_string();
+      bool start = true;
+      for (char& c : out) {
+        const bool boundary =
+            c == '-' || IsSpace(c) || c == '(' || c == '{' || c == '[' || c == '<';
+        if (boundary) {
+          start = true;
+          continue;
+        }
+        c = static_cast<char>(start ? std::toupper(static_cast<unsigned char>(c))
+                                    : std::tolower(static_cast<unsigned char>(c)));
+        start = false;
+      }
+      return Of(out);
+    }
     if (f == "capitalize") return Of(Title(need_string(), true));
     if (f == "replace") {
       const Value* from = arg(0, "old");
       const Value* to = arg(1, "new");
-      if (from == nullptr || to == nullptr || !from->j.is_string() || !to->j.is_string()) {
+      if (from == nullptr || to == nullptr || !from->j().is_string() || !to->j().is_string()) {
         Fail("filter replace: takes two strings");
       }
-      return Of(Replace(need_string(), from->j.get<std::string>(), to->j.get<std::string>(), -1));
+      return Of(
+          Replace(need_string(), from->j().get<std::string>(), to->j().get<std::string>(), -1));
     }
     if (f == "length" || f == "count") {
       if (v.undefined) return Of(int64_t{0});
-      if (v.j.is_string())
-        return Of(static_cast<int64_t>(CodePoints(v.j.get<std::string>()).size() - 1));
-      if (v.j.is_array() || v.j.is_object()) return Of(static_cast<int64_t>(v.j.size()));
+      if (v.lazy) Fail(absl::StrCat("filter ", f, ": a generator has no length (add |list)"));
+      if (v.j().is_string())
+        return Of(static_cast<int64_t>(CodePoints(v.j().get<std::string>()).size() - 1));
+      if (v.j().is_array() || v.j().is_object()) return Of(static_cast<int64_t>(v.j().size()));
       Fail(absl::StrCat("filter length: a ", TypeName(v), " has none (at ", pos, ")"));
     }
     if (f == "string") return Of(Str(v));
-    if (f == "int" || f == "float") {
+    if (f == "int" || f == "float") {  // jinja2: the conversion, else 0 (no partial parses)
+      if (v.undefined) return f == "int" ? Of(int64_t{0}) : Of(0.0);
+      const json& j = v.j();
+      if (f == "int" && (IsInt(j) || j.is_boolean())) return Of(AsInt(j));
       double d = 0;
-      if (!v.undefined && v.j.is_number()) {
-        d = v.j.get<double>();
-      } else if (!v.undefined && v.j.is_boolean()) {
-        d = v.j.get<bool>() ? 1 : 0;
-      } else if (!v.undefined && v.j.is_string()) {
-        d = std::strtod(v.j.get<std::string>().c_str(), nullptr);
+      bool ok = Numeric(j);
+      if (ok) d = AsDouble(j);
+      if (j.is_string()) {
+        std::string text = StripChars(j.get<std::string>(), nullptr, true, true);
+        text.erase(std::remove(text.begin(), text.end(), '_'), text.end());
+        char* end = nullptr;
+        ok = false;
+        if (!text.empty()) {
+          if (f == "int") {  // int(text), then int(float(text))
+            errno = 0;
+            const long long n = std::strtoll(text.c_str(), &end, 10);
+            if (*end == '\0' && errno == 0) return Of(static_cast<int64_t>(n));
+          }
+          d = std::strtod(text.c_str(), &end);  // Python's float(): no hexadecimal
+          ok = *end == '\0' && text.find_first_of("xXpP") == std::string::npos;
+        }
       }
-      if (f == "int") return Of(static_cast<int64_t>(d));
-      return Of(d);
+      if (f == "float") return Of(ok ? d : 0.0);
+      if (!ok || !std::isfinite(d) || std::fabs(d) >= 9.2e18) return Of(int64_t{0});
+      return Of(static_cast<int64_t>(d));
     }
     if (f == "abs") {
-      if (!v.undefined && IsInt(v.j)) return Of(std::llabs(v.j.get<int64_t>()));
-      if (!v.undefined && v.j.is_number()) return Of(std::fabs(v.j.get<double>()));
+      if (!v.undefined && IsInt(v.j())) {
+        const int64_t n = AsInt(v.j());
+        if (n == INT64_MIN) Fail("filter abs: integer overflow");
+        return Of(n < 0 ? -n : n);
+      }
+      if (!v.undefined && v.j().is_number()) return Of(std::fabs(v.j().get<double>()));
       Fail("filter abs: takes a number");
     }
-    if (f == "tojson") {
-      const Value* indent = arg(0, "indent");
-      const Value* ascii = arg(1, "ensure_ascii");
-      const Value* sort = kwargs.count("sort_keys") ? &kwargs.at("sort_keys") : nullptr;
+    if (f ==
+        "tojson") {  // transformers' json.dumps(x, ensure_ascii, indent, separators, sort_keys)
+      const Value* ascii = arg(0, "ensure_ascii");
+      const Value* indent = arg(1, "indent");
+      const Value* separators = arg(2, "separators");
+      const Value* sort = arg(3, "sort_keys");
+      DumpStyle style;
+      style.ascii = ascii != nullptr && Truthy(*ascii);
+      style.sort = sort != nullptr && Truthy(*sort);
+      if (indent != nullptr && IsInt(indent->j())) {
+        style.indent =
+            std::string(static_cast<size_t>(std::clamp<int64_t>(AsInt(indent->j()), 0, 64)), ' ');
+        style.pretty = true;
+      } else if (indent != nullptr && indent->j().is_string()) {
+        style.indent = indent->j().get<std::string>();
+        style.pretty = true;
+      }
+      style.item = style.pretty ? "," : ", ";
+      if (separators != nullptr && separators->j().is_array() && separators->j().size() == 2 &&
+          separators->j()[0].is_string() && separators->j()[1].is_string()) {
+        style.item = separators->j()[0].get<std::string>();
+        style.key = separators->j()[1].get<std::string>();
+      }
       std::string out;
-      Dumps(v.undefined ? json(nullptr) : v.j, ascii != nullptr && Truthy(*ascii),
-            indent != nullptr && IsInt(indent->j) ? static_cast<int>(indent->j.get<int64_t>()) : -1,
-            sort != nullptr && Truthy(*sort), 0, &out);
+      Dumps(v.undefined ? json(nullptr) : v.j(), style, 0, &out);
       return Of(out);
     }
     if (f == "default" || f == "d") {
@@ -1639,6 +1892,7 @@ class Renderer {
       if (items.empty()) return Undefined();
       return Of(f == "first" ? items.front() : items.back());
     }
+    if (f == "last" && v.lazy) Fail("filter last: a generator cannot be reversed (add |list)");
     if (f == "list") {
       json out = json::array();
       for (json& item : Items(v)) out.push_back(std::move(item));
@@ -1647,12 +1901,12 @@ class Renderer {
     if (f == "reverse") {
       std::vector<json> items = Items(v);
       std::reverse(items.begin(), items.end());
-      if (!v.undefined && v.j.is_string()) {
+      if (!v.undefined && v.j().is_string()) {
         std::string s;
         for (const json& c : items) s += c.get<std::string>();
         return Of(s);
       }
-      return Of(json(items));
+      return Lazy(Of(json(items)));
     }
     if (f == "items") return Method(v, "items", {}, pos);
     if (f == "join") {
@@ -1663,6 +1917,7 @@ class Renderer {
       for (const json& item : Items(v)) {
         const Value x = attribute != nullptr ? Item(Of(item), *attribute) : Of(item);
         out += (first ? "" : (sep != nullptr ? Str(*sep) : "")) + Str(x);
+        CheckSize(out.size());
         first = false;
       }
       return Of(out);
@@ -1672,28 +1927,28 @@ class Renderer {
       const Value* attribute = kwargs.count("attribute") ? &kwargs.at("attribute") : nullptr;
       for (const json& item : Items(v)) {
         if (attribute != nullptr) {
-          out.push_back(Item(Of(item), *attribute).j);
-        } else if (!args.empty() && args[0].j.is_string() &&
-                   Filters().count(args[0].j.get<std::string>()) &&
-                   args[0].j.get<std::string>() != "map") {
-          out.push_back(ApplyFilter(args[0].j.get<std::string>(), Of(item),
+          out.push_back(Item(Of(item), *attribute).j());
+        } else if (!args.empty() && args[0].j().is_string() &&
+                   Filters().count(args[0].j().get<std::string>()) &&
+                   args[0].j().get<std::string>() != "map") {
+          out.push_back(ApplyFilter(args[0].j().get<std::string>(), Of(item),
                                     std::vector<Value>(args.begin() + 1, args.end()), {}, pos)
-                            .j);
+                            .j());
         } else {
           Fail("filter map: takes attribute= or a filter name");
         }
       }
-      return Of(std::move(out));
+      return Lazy(Of(std::move(out)));
     }
     if (f == "selectattr" || f == "rejectattr") {
-      if (args.empty() || !args[0].j.is_string())
+      if (args.empty() || !args[0].j().is_string())
         Fail(absl::StrCat("filter ", f, ": takes an attribute name"));
       json out = json::array();
       for (const json& item : Items(v)) {
         const Value attr = Item(Of(item), args[0]);
         bool hit;
-        if (args.size() > 1 && args[1].j.is_string()) {
-          const std::string test = args[1].j.get<std::string>();
+        if (args.size() > 1 && args[1].j().is_string()) {
+          const std::string test = args[1].j().get<std::string>();
           if (Tests().count(test) == 0) Fail(absl::StrCat("unsupported test '", test, "'"));
           hit = Test(test, attr, args.size() > 2 ? args[2] : Undefined());
         } else {
@@ -1701,28 +1956,46 @@ class Renderer {
         }
         if (hit == (f == "selectattr")) out.push_back(item);
       }
-      return Of(std::move(out));
+      return Lazy(Of(std::move(out)));
+    }
+    if (f == "select" || f == "reject") {
+      json out = json::array();
+      for (const json& item : Items(v)) {
+        bool hit;
+        if (!args.empty() && args[0].j().is_string()) {
+          const std::string test = args[0].j().get<std::string>();
+          if (Tests().count(test) == 0) Fail(absl::StrCat("unsupported test '", test, "'"));
+          hit = Test(test, Of(item), args.size() > 1 ? args[1] : Undefined());
+        } else {
+          hit = Truthy(Of(item));
+        }
+        if (hit == (f == "select")) out.push_back(item);
+      }
+      return Lazy(Of(std::move(out)));
     }
     Fail(absl::StrCat("unsupported filter '", f, "' (at ", pos, ")"));
   }
 
   static bool Equal(const Value& a, const Value& b) {
     if (a.undefined || b.undefined) return a.undefined && b.undefined;
-    if (a.j.is_number() && b.j.is_number()) {
-      if (IsInt(a.j) && IsInt(b.j)) return a.j.get<int64_t>() == b.j.get<int64_t>();
-      return a.j.get<double>() == b.j.get<double>();
+    if (Numeric(a.j()) && Numeric(b.j()) && (a.j().is_boolean() || b.j().is_boolean())) {
+      return AsDouble(a.j()) == AsDouble(b.j());  // True == 1
     }
-    return a.j == b.j;
+    if (a.j().is_number() && b.j().is_number()) {
+      if (IsInt(a.j()) && IsInt(b.j())) return a.j().get<int64_t>() == b.j().get<int64_t>();
+      return a.j().get<double>() == b.j().get<double>();
+    }
+    return a.j() == b.j();
   }
 
   static bool Test(const std::string& t, const Value& v, const Value& arg) {
-    const json& j = v.j;
+    const json& j = v.j();
     const bool def = !v.undefined;
     if (t == "defined") return def;
     if (t == "undefined") return !def;
     if (t == "none") return def && j.is_null();
     if (t == "string") return def && j.is_string();
-    if (t == "number") return def && j.is_number();
+    if (t == "number") return def && Numeric(j);  // bool is a number in Python
     if (t == "integer") return def && IsInt(j);
     if (t == "float") return def && j.is_number_float();
     if (t == "boolean") return def && j.is_boolean();
@@ -1731,17 +2004,19 @@ class Renderer {
     if (t == "mapping") return def && j.is_object();
     if (t == "iterable") return def && (j.is_array() || j.is_object() || j.is_string());
     if (t == "sequence") return def && (j.is_array() || j.is_object() || j.is_string());
-    if (t == "lower")
-      return def && j.is_string() && Case(j.get<std::string>(), false) == j.get<std::string>();
-    if (t == "upper")
-      return def && j.is_string() && Case(j.get<std::string>(), true) == j.get<std::string>();
+    if (t == "lower" || t == "upper") {  // Python: some cased letter, none of the other case
+      if (!def || !j.is_string()) return false;
+      const std::string& str = j.get_ref<const std::string&>();
+      const bool cased = Case(str, true) != Case(str, false);
+      return cased && Case(str, t == "upper") == str;
+    }
     if (t == "even" || t == "odd" || t == "divisibleby") {
       if (!def || !IsInt(j)) Fail(absl::StrCat("test ", t, ": takes an integer"));
       const int64_t n = j.get<int64_t>();
       if (t == "divisibleby") {
-        if (arg.undefined || !IsInt(arg.j) || arg.j.get<int64_t>() == 0)
+        if (arg.undefined || !IsInt(arg.j()) || arg.j().get<int64_t>() == 0)
           Fail("test divisibleby: takes a non-zero integer");
-        return n % arg.j.get<int64_t>() == 0;
+        return n % arg.j().get<int64_t>() == 0;
       }
       return (n % 2 == 0) == (t == "even");
     }
@@ -1756,17 +2031,17 @@ class Renderer {
 
   static bool Less(const Value& a, const Value& b, bool or_equal) {
     if (!a.undefined && !b.undefined) {
-      if (a.j.is_number() && b.j.is_number()) {
-        if (IsInt(a.j) && IsInt(b.j)) {
-          return or_equal ? a.j.get<int64_t>() <= b.j.get<int64_t>()
-                          : a.j.get<int64_t>() < b.j.get<int64_t>();
+      if (a.j().is_number() && b.j().is_number()) {
+        if (IsInt(a.j()) && IsInt(b.j())) {
+          return or_equal ? a.j().get<int64_t>() <= b.j().get<int64_t>()
+                          : a.j().get<int64_t>() < b.j().get<int64_t>();
         }
-        return or_equal ? a.j.get<double>() <= b.j.get<double>()
-                        : a.j.get<double>() < b.j.get<double>();
+        return or_equal ? a.j().get<double>() <= b.j().get<double>()
+                        : a.j().get<double>() < b.j().get<double>();
       }
-      if (a.j.is_string() && b.j.is_string()) {
-        return or_equal ? a.j.get<std::string>() <= b.j.get<std::string>()
-                        : a.j.get<std::string>() < b.j.get<std::string>();
+      if (a.j().is_string() && b.j().is_string()) {
+        return or_equal ? a.j().get<std::string>() <= b.j().get<std::string>()
+                        : a.j().get<std::string>() < b.j().get<std::string>();
       }
     }
     Fail(absl::StrCat("cannot order a ", TypeName(a), " and a ", TypeName(b)));
@@ -1774,10 +2049,10 @@ class Renderer {
 
   static bool Contains(const Value& container, const Value& item) {
     if (container.undefined) return false;
-    const json& c = container.j;
+    const json& c = container.j();
     if (c.is_string()) {
-      if (item.undefined || !item.j.is_string()) Fail("'in <string>' takes a string on the left");
-      return c.get_ref<const std::string&>().find(item.j.get_ref<const std::string&>()) !=
+      if (item.undefined || !item.j().is_string()) Fail("'in <string>' takes a string on the left");
+      return c.get_ref<const std::string&>().find(item.j().get_ref<const std::string&>()) !=
              std::string::npos;
     }
     if (c.is_array()) {
@@ -1787,7 +2062,7 @@ class Renderer {
       return false;
     }
     if (c.is_object())
-      return !item.undefined && item.j.is_string() && c.contains(item.j.get<std::string>());
+      return !item.undefined && item.j().is_string() && c.contains(item.j().get<std::string>());
     Fail(absl::StrCat("'in' needs a string, list or dict, not a ", TypeName(container)));
   }
 
@@ -1800,18 +2075,41 @@ class Renderer {
     if (op == ">=") return Of(Less(b, a, true));
     if (op == "in") return Of(Contains(b, a));
     if (op == "not in") return Of(!Contains(b, a));
-    if (op == "~") return Of(Str(a) + Str(b));
+    if (op == "~") {
+      std::string x = Str(a), y = Str(b);
+      CheckSize(x.size() + y.size());
+      return Of(x + y);
+    }
     const bool defined = !a.undefined && !b.undefined;
-    if (defined && a.j.is_number() && b.j.is_number()) {
-      const bool ints = IsInt(a.j) && IsInt(b.j);
-      const double x = a.j.get<double>(), y = b.j.get<double>();
-      if (ints && op != "/" && op != "**") {
-        const int64_t m = a.j.get<int64_t>(), n = b.j.get<int64_t>();
-        if (op == "+") return Of(m + n);
-        if (op == "-") return Of(m - n);
-        if (op == "*") return Of(m * n);
+    auto overflow = [&]() -> Value {
+      Fail(absl::StrCat("integer overflow in '", op, "' (at ", pos, ")"));
+    };
+    if (defined && Numeric(a.j()) && Numeric(b.j())) {
+      const bool ints = !a.j().is_number_float() && !b.j().is_number_float();
+      const double x = AsDouble(a.j()), y = AsDouble(b.j());
+      if (ints && op != "/") {
+        const int64_t m = AsInt(a.j()), n = AsInt(b.j());
+        int64_t r = 0;
+        if (op == "+") return __builtin_add_overflow(m, n, &r) ? overflow() : Of(r);
+        if (op == "-") return __builtin_sub_overflow(m, n, &r) ? overflow() : Of(r);
+        if (op == "*") return __builtin_mul_overflow(m, n, &r) ? overflow() : Of(r);
+        if (op == "**") {
+          if (n < 0) return Of(std::pow(x, y));
+          int64_t p = 1;
+          for (int64_t k = 0; k < n; ++k) {
+            if (__builtin_mul_overflow(p, m, &p)) return overflow();
+            if (p == 0 || p == 1) break;  // 0 and 1 stay; -1 alternates
+            if (p == -1) {
+              p = (n - k - 1) % 2 == 0 ? -1 : 1;
+              break;
+            }
+          }
+          return Of(p);
+        }
         if (n == 0) Fail(absl::StrCat("division by zero (at ", pos, ")"));
-        int64_t q = m / n, r = m % n;  // Python floors
+        if (m == INT64_MIN && n == -1) return op == "%" ? Of(int64_t{0}) : overflow();
+        int64_t q = m / n;
+        r = m % n;  // Python floors
         if (r != 0 && ((r < 0) != (n < 0))) {
           --q;
           r += n;
@@ -1821,34 +2119,50 @@ class Renderer {
       if (op == "+") return Of(x + y);
       if (op == "-") return Of(x - y);
       if (op == "*") return Of(x * y);
-      if (op == "**") {
-        const double p = std::pow(x, y);
-        return ints && y >= 0 ? Of(static_cast<int64_t>(p)) : Of(p);
-      }
+      if (op == "**") return Of(std::pow(x, y));
       if (y == 0) Fail(absl::StrCat("division by zero (at ", pos, ")"));
       if (op == "/") return Of(x / y);
       if (op == "//") return Of(std::floor(x / y));
       return Of(x - std::floor(x / y) * y);
     }
-    if (defined && op == "+" && a.j.is_string() && b.j.is_string()) {
-      return Of(a.j.get<std::string>() + b.j.get<std::string>());
+    if (defined && op == "+" && a.j().is_string() && b.j().is_string()) {
+      CheckSize(a.j().get_ref<const std::string&>().size() +
+                b.j().get_ref<const std::string&>().size());
+      return Of(a.j().get<std::string>() + b.j().get<std::string>());
     }
-    if (defined && op == "+" && a.j.is_array() && b.j.is_array()) {
-      json out = a.j;
-      for (const json& x : b.j) out.push_back(x);
+    if (defined && op == "+" && a.j().is_array() && b.j().is_array()) {
+      CheckSize((a.j().size() + b.j().size()) * 16);
+      json out = a.j();
+      for (const json& x : b.j()) out.push_back(x);
       return Of(std::move(out));
     }
-    if (defined && op == "*" && a.j.is_string() && IsInt(b.j)) {
-      std::string out;
-      for (int64_t k = 0; k < b.j.get<int64_t>() && out.size() < (1u << 20); ++k)
-        out += a.j.get<std::string>();
-      return Of(out);
+    if (defined && op == "*" && (IsInt(a.j()) || IsInt(b.j()))) {  // repetition, either way
+      const Value& seq = IsInt(a.j()) ? b : a;
+      const int64_t times = std::max<int64_t>(0, AsInt(IsInt(a.j()) ? a.j() : b.j()));
+      if (seq.j().is_string()) {
+        const std::string& unit = seq.j().get_ref<const std::string&>();
+        if (!unit.empty()) CheckSize(unit.size() * std::min<int64_t>(times, kMaxValue + 1));
+        std::string out;
+        for (int64_t k = 0; k < times && !unit.empty(); ++k) out += unit;
+        return Of(out);
+      }
+      if (seq.j().is_array()) {
+        if (!seq.j().empty())
+          CheckSize(seq.j().size() * 16 * std::min<int64_t>(times, kMaxValue + 1));
+        json out = json::array();
+        for (int64_t k = 0; k < times && !seq.j().empty(); ++k) {
+          for (const json& x : seq.j()) out.push_back(x);
+        }
+        return Of(std::move(out));
+      }
     }
     Fail(absl::StrCat("cannot apply '", op, "' to a ", TypeName(a), " and a ", TypeName(b), " (at ",
                       pos, ")"));
   }
 
   static constexpr int64_t kMaxSteps = 1'000'000;
+  static constexpr size_t kMaxBytes = size_t{256} << 20;
+  size_t made_ = 0;
   static constexpr size_t kMaxOutput = size_t{16} << 20;
 
   std::vector<std::map<std::string, Value>> scopes_;  // innermost last
@@ -1864,12 +2178,26 @@ struct Program {
 absl::StatusOr<Template> Template::Parse(std::string_view source) {
   try {
     auto program = std::make_shared<Program>();
-    program->body = Parser(Lexer(source).Run()).Template();
+    // jinja2 reads "\r\n" and "\r" as "\n" and drops one newline at the very end.
+    std::string text;
+    text.reserve(source.size());
+    for (size_t i = 0; i < source.size(); ++i) {
+      if (source[i] == '\r') {
+        text += '\n';
+        if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+      } else {
+        text += source[i];
+      }
+    }
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    program->body = Parser(Lexer(text).Run()).Template();
     Template t;
     t.program_ = std::move(program);
     return t;
   } catch (const Error& e) {
     return absl::InvalidArgumentError(absl::StrCat("chat template: ", e.message));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("chat template: ", e.what()));
   }
 }
 
@@ -1880,7 +2208,7 @@ absl::StatusOr<std::string> Template::Render(const json& variables) const {
     return out;
   } catch (const Error& e) {
     return absl::InvalidArgumentError(e.message);
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {  // json type errors; allocation failures
     return absl::InvalidArgumentError(absl::StrCat("chat template: ", e.what()));
   }
 }
