@@ -196,6 +196,9 @@ class OpenAiHttpTest(cl.ClusterCase):
             self.assertEqual(ctx.exception.status_code, 400)
         with self.assertRaises(openai.BadRequestError) as ctx:
             api.chat.completions.create(model="m", messages=[{"role": "tool", "content": "x"}])
+        self.assertEqual(ctx.exception.body["param"], "messages[0].tool_call_id")
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            api.chat.completions.create(model="m", messages=[{"role": "robot", "content": "x"}])
         self.assertEqual(ctx.exception.body["param"], "messages[0].role")
         # Raw HTTP: broken JSON, a wrong route, a wrong method, an oversized body.
         status, body = post(r.http_port, "/v1/completions", b"{not json")
