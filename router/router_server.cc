@@ -89,11 +89,12 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     }
     r->exposer_->RegisterCollectable(r->metrics_->registry());
   }
-  auto http =
-      HttpFrontend::StartFor(r->server_.get(),
-                             {options.host, options.http_port, options.http_threads,
-                              options.max_message_bytes, TINYSERVE_VERSION, options.api_key},
-                             r->metrics_->registry().get(), r->metrics_->registry());
+  auto http = HttpFrontend::StartFor(
+      r->server_.get(),
+      {options.host, options.http_port, options.http_threads, options.max_message_bytes,
+       TINYSERVE_VERSION, options.api_key, options.http_tls.cert_file, options.http_tls.key_file,
+       options.tls.reload_seconds},
+      r->metrics_->registry().get(), r->metrics_->registry());
   if (!http.ok()) {
     r->server_->Shutdown();
     return http.status();

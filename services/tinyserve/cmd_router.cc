@@ -27,7 +27,7 @@ int RunRouterCommand(const std::vector<std::string>& args) {
             "OpenAI-compatible HTTP API port: /v1/completions, /v1/chat/completions, /v1/models "
             "(0: off)");
   flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
-  RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port);
+  RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port, &o.http_tls);
   RegisterTracingFlags(&flags, &o.tracing);
   flags.String("worker-tls-ca", &o.worker_tls.ca_file,
                "dial workers over TLS, verifying them with this PEM CA bundle");

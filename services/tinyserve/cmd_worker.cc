@@ -222,7 +222,7 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   flags.Int("metrics-port", &o.metrics_port, "HTTP port of /metrics (0: off)");
   flags.Int("http-port", &o.http_port, "OpenAI-compatible HTTP API port (0: off)");
   flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
-  RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port);
+  RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port, &o.http_tls);
   RegisterTracingFlags(&flags, &o.tracing);
   flags.Int("max-queue", &ef.options.max_queue, "waiting requests before RESOURCE_EXHAUSTED");
   flags.Int("max-step-tokens", &ef.options.max_step_tokens, "prefill tokens per step");

@@ -31,7 +31,7 @@ int RunGenerateClient(const std::vector<std::string>& args);
 // --api-key (default $TINYSERVE_API_KEY), --tls-cert, --tls-key, --tls-client-ca, --tls-reload
 // and --health-port: what the worker and router commands share (server_flags.cc).
 void RegisterServerSecurityFlags(FlagSet* flags, std::string* api_key, ServerTls* tls,
-                                 int* health_port);
+                                 int* health_port, ServerTls* http_tls);
 // --otlp-traces-endpoint, --trace-sample-ratio, --trace-service-name (OpenTelemetry).
 void RegisterTracingFlags(FlagSet* flags, TracerOptions* tracing);
 

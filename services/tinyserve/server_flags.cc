@@ -9,8 +9,8 @@
 
 namespace tinyserve {
 
-void RegisterServerSecurityFlags(FlagSet* f, std::string* api_key, ServerTls* tls,
-                                 int* health_port) {
+void RegisterServerSecurityFlags(FlagSet* f, std::string* api_key, ServerTls* tls, int* health_port,
+                                 ServerTls* http_tls) {
   if (const char* key = std::getenv("TINYSERVE_API_KEY")) *api_key = key;
   f->String("api-key", api_key,
             "bearer token every gRPC call and HTTP request needs, except health checks, "
@@ -20,7 +20,10 @@ void RegisterServerSecurityFlags(FlagSet* f, std::string* api_key, ServerTls* tl
   f->String("tls-client-ca", &tls->client_ca_file,
             "mutual TLS: require client certificates signed by this PEM CA bundle");
   f->Int("tls-reload", &tls->reload_seconds,
-         "seconds between checks of the TLS files for a renewed certificate");
+         "seconds between checks of the TLS files (gRPC's and HTTPS') for a renewed certificate");
+  f->String("http-tls-cert", &http_tls->cert_file,
+            "serve the OpenAI-compatible HTTP API over HTTPS with this PEM certificate chain");
+  f->String("http-tls-key", &http_tls->key_file, "the PEM private key of --http-tls-cert");
   f->Int("health-port", health_port,
          "plaintext gRPC port serving grpc.health.v1 only, for probes that cannot speak TLS "
          "(0: off)");

@@ -11,6 +11,8 @@ What the worker and router must do (worker/server/rpc_security.h):
     gRPC as on HTTP, while grpc.health.v1 stays open;
   - serve grpc.health.v1 in plaintext on --health-port, for probes that cannot speak TLS;
   - pick up a renewed certificate without a restart (--tls-reload);
+  - serve the OpenAI HTTP API over HTTPS with --http-tls-cert/--http-tls-key (the official
+    client, plain and streamed), refusing plaintext and untrusting clients, renewals included;
   - refuse to start on bad TLS files with an error naming the flag.
 """
 import os
@@ -124,6 +126,16 @@ class SecurityTest(cl.ClusterCase):
         super().tearDown()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def renew_server_certificate(self):
+        """Replaces the server's files with a certificate from a new CA (returned), renamed into
+        place as a Kubernetes Secret volume update does (no half-written file)."""
+        renewed = Pki(self.dir, "renewed")
+        cert, key = renewed.issue("server")
+        for src, dst in ((key, self.server_key), (cert, self.server_cert)):
+            shutil.copy(src, dst + ".new")
+            os.replace(dst + ".new", dst)
+        return renewed
+
     def secure_worker(self, *extra):
         hport = cl.free_port()
         w = self.cluster.worker("--tls-cert", self.server_cert, "--tls-key", self.server_key,
@@ -225,12 +237,7 @@ class SecurityTest(cl.ClusterCase):
         w = self.secure_worker("--tls-reload", "1")
         with tls_channel(w.address, self.pki.ca, self.client_cert, self.client_key) as ch:
             self.assertTrue(generate(ch)[0])
-        renewed = Pki(self.dir, "renewed")
-        cert, key = renewed.issue("server")
-        # Rename into place, as a Kubernetes Secret volume update does (no half-written file).
-        for src, dst in ((key, self.server_key), (cert, self.server_cert)):
-            shutil.copy(src, dst + ".new")
-            os.replace(dst + ".new", dst)
+        renewed = self.renew_server_certificate()
 
         def renewed_served():
             with tls_channel(w.address, renewed.ca, self.client_cert, self.client_key) as ch:
@@ -240,6 +247,45 @@ class SecurityTest(cl.ClusterCase):
         with tls_channel(w.address, self.pki.ca, self.client_cert, self.client_key) as ch:
             self.assertEqual(code_of(lambda: generate(ch, timeout=5)),
                              grpc.StatusCode.UNAVAILABLE)
+
+    def test_https_api(self):
+        import ssl
+        import openai
+        w = self.cluster.worker()
+        r = self.cluster.router([w], "--http-tls-cert", self.server_cert, "--http-tls-key",
+                                self.server_key, "--tls-reload", "1")
+        base = f"https://127.0.0.1:{r.http_port}"
+        api = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0,
+                            http_client=openai.DefaultHttpxClient(
+                                verify=ssl.create_default_context(cafile=self.pki.ca)))
+        out = api.completions.create(model="m", prompt="Once upon a time", max_tokens=8,
+                                     temperature=0)
+        self.assertEqual(out.usage.completion_tokens, 8)
+        streamed = "".join(c.choices[0].text for c in api.completions.create(
+            model="m", prompt="Once upon a time", max_tokens=8, temperature=0, stream=True)
+            if c.choices)
+        self.assertEqual(streamed, out.choices[0].text)
+        chat = api.chat.completions.create(model="m", max_tokens=4,
+                                           messages=[{"role": "user", "content": "Hi"}])
+        self.assertEqual(chat.usage.completion_tokens, 4)
+        # Refused: a client that does not trust the CA, and plaintext HTTP on that port.
+        with self.assertRaises(openai.APIConnectionError):
+            openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0).models.list()
+        with self.assertRaises(Exception):
+            urllib.request.urlopen(f"http://127.0.0.1:{r.http_port}/health", timeout=5)
+        # A renewed certificate (from a new CA) is served to new connections within seconds.
+        renewed = self.renew_server_certificate()
+
+        def renewed_served():
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5,
+                                            context=ssl.create_default_context(cafile=renewed.ca)):
+                    return True
+            except (OSError, urllib.error.URLError):
+                return False
+        self.assertTrue(cl.wait_for(renewed_served, 20, interval=0.5),
+                        "the renewed certificate was not served")
+        self.assertTrue(r.alive())
 
     def test_bad_tls_files_are_named(self):
         not_pem = os.path.join(self.dir, "not.pem")
@@ -265,9 +311,16 @@ class SecurityTest(cl.ClusterCase):
              "--worker-tls-ca:"),
             (["router", "--workers", "127.0.0.1:1", "--worker-tls-ca", ca, "--worker-tls-cert",
               cert, "--worker-tls-key", other_key], "--worker-tls-key: the key in"),
+            (["router", "--workers", "127.0.0.1:1", "--http-tls-cert", cert],
+             "--http-tls-cert: needs --http-tls-key"),
+            (["router", "--workers", "127.0.0.1:1", "--http-tls-cert", missing, "--http-tls-key",
+              key], "--http-tls-cert: cannot read"),
+            (["router", "--workers", "127.0.0.1:1", "--http-tls-cert", cert, "--http-tls-key",
+              other_key], "--http-tls-key: the key in"),
         ]
         for args, expected in cases:
-            common = ["--port", str(cl.free_port()), "--metrics-port", "0", "--http-port", "0"]
+            http = str(cl.free_port()) if "--http-tls-cert" in args else "0"
+            common = ["--port", str(cl.free_port()), "--metrics-port", "0", "--http-port", http]
             if args[0] == "worker":
                 common += ["--model", self.model]
             p = subprocess.run([self.binary, *args, *common], capture_output=True, text=True,

@@ -164,6 +164,10 @@ def semantic_checks(name, docs, values):
                               f"--worker-tls-key={d}/tls.key",
                               f"--worker-tls-server-name={server_name}"]:
             check(flag in rc["args"], f"{name}: router arg {flag}")
+        https = [f"--http-tls-cert={d}/tls.crt", f"--http-tls-key={d}/tls.key"]
+        for flag in https:  # HTTPS on the router's HTTP API only with tls.http
+            check((flag in rc["args"]) == bool(tls.get("http")), f"{name}: router arg {flag}")
+            check(flag not in wc["args"], f"{name}: worker arg {flag}")
         for doc, c in ((sts, wc), (dep, rc)):
             vols = doc["spec"]["template"]["spec"].get("volumes", [])
             check(any(v["name"] == "tls" and v.get("secret", {}).get("secretName") == tls["secretName"]

@@ -237,7 +237,10 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   std::unique_ptr<HttpFrontend> f(
       new HttpFrontend(options, std::move(channel), registry, std::move(metrics)));
   mg_init_library(0);
-  const std::string listen = absl::StrCat(options.host, ":", options.port);
+  // With HTTPS, civetweb serves plaintext on a loopback port and the terminator the public one.
+  const bool https = !options.tls_cert.empty() || !options.tls_key.empty();
+  const std::string listen =
+      https ? std::string("127.0.0.1:0") : absl::StrCat(options.host, ":", options.port);
   const std::string threads = std::to_string(options.threads);
   const char* mg_options[] = {"listening_ports", listen.c_str(), "num_threads", threads.c_str(),
                               "enable_keep_alive", "yes",
@@ -258,9 +261,23 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   }
   mg_server_port ports[1];
   if (mg_get_server_ports(f->ctx_, 1, ports) >= 1) f->port_ = ports[0].port;
+  if (https) {
+    TlsTerminatorOptions tls;
+    tls.host = options.host;
+    tls.port = options.port;
+    tls.cert_file = options.tls_cert;
+    tls.key_file = options.tls_key;
+    tls.inner_port = f->port_;
+    tls.max_connections = options.threads * 4;
+    tls.reload_seconds = options.tls_reload_seconds;
+    auto terminator = TlsTerminator::Start(tls);
+    if (!terminator.ok()) return terminator.status();  // ~HttpFrontend stops civetweb
+    f->tls_ = *std::move(terminator);
+    f->port_ = f->tls_->port();
+  }
   mg_set_request_handler(f->ctx_, "/", &HttpFrontend::Handle, f.get());
-  TS_LOG(INFO) << "OpenAI-compatible HTTP API on " << options.host << ":" << f->port_
-               << " (/v1/completions, /v1/chat/completions, /v1/models)";
+  TS_LOG(INFO) << "OpenAI-compatible " << (https ? "HTTPS" : "HTTP") << " API on " << options.host
+               << ":" << f->port_ << " (/v1/completions, /v1/chat/completions, /v1/models)";
   return f;
 }
 
@@ -275,6 +292,7 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::StartFor(
 HttpFrontend::~HttpFrontend() { Stop(); }
 
 void HttpFrontend::Stop() {
+  tls_.reset();  // closes the HTTPS connections before civetweb goes
   if (ctx_ == nullptr) return;
   mg_stop(ctx_);
   ctx_ = nullptr;

@@ -39,6 +39,7 @@
 #include "prometheus/registry.h"
 #include "tinyserve/v1/tinyserve.grpc.pb.h"
 #include "worker/server/openai_api.h"
+#include "worker/server/tls_terminator.h"
 
 struct mg_context;
 struct mg_connection;
@@ -53,6 +54,10 @@ struct HttpFrontendOptions {
   std::string version = "dev";
   std::string api_key;  // non-empty: every route but /health, /version, /metrics needs
                         // "Authorization: Bearer <api_key>" (else 401)
+  // HTTPS: a PEM certificate chain and its key (both empty: plain HTTP), checked for renewal
+  // every tls_reload_seconds (tls_terminator.h).
+  std::string tls_cert, tls_key;
+  int tls_reload_seconds = 60;
 };
 
 class HttpFrontend {
@@ -100,6 +105,7 @@ class HttpFrontend {
   std::shared_ptr<prometheus::Collectable> metrics_;
   mg_context* ctx_ = nullptr;
   int port_ = 0;
+  std::unique_ptr<TlsTerminator> tls_;  // HTTPS in front of civetweb, when configured
   std::atomic<uint64_t> next_id_{0};
   std::string id_prefix_;
 

@@ -64,6 +64,8 @@ absl::StatusOr<X509Ptr> FirstCertificate(absl::string_view flag, const std::stri
   return cert;
 }
 
+}  // namespace
+
 // Checks a certificate and key pair: both given, both PEM, and the key belongs to the
 // certificate.
 absl::Status CheckKeyPair(absl::string_view cert_flag, const std::string& cert_file,
@@ -90,8 +92,6 @@ absl::Status CheckKeyPair(absl::string_view cert_flag, const std::string& cert_f
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTls& tls) {

@@ -43,6 +43,10 @@ struct ClientTls {
 
 // Insecure credentials when tls is not enabled. Errors (INVALID_ARGUMENT) name the flag:
 // --tls-cert, --tls-key, --tls-client-ca.
+// A certificate and key pair: both given, both PEM, unexpired, and the key belongs to the
+// certificate; errors name the flags.
+absl::Status CheckKeyPair(absl::string_view cert_flag, const std::string& cert_file,
+                          absl::string_view key_flag, const std::string& key_file);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTls& tls);
 
