@@ -365,7 +365,7 @@ class OpenAiHttpTest(cl.ClusterCase):
             return args
 
         named = api.chat.completions.create(
-            model="m", messages=ask, tools=tools, temperature=0, max_tokens=60,
+            model="m", messages=ask, tools=tools, temperature=0, max_tokens=200,
             tool_choice={"type": "function", "function": {"name": "get_weather"}})
         choice = named.choices[0]
         self.assertEqual(choice.finish_reason, "stop")
@@ -378,7 +378,7 @@ class OpenAiHttpTest(cl.ClusterCase):
         for seed in range(3):
             out = api.chat.completions.create(model="m", messages=ask, tools=tools,
                                               tool_choice="required", temperature=1.0,
-                                              seed=seed, max_tokens=80)
+                                              seed=seed, max_tokens=200)
             if out.choices[0].finish_reason == "tool_calls":
                 check(out.choices[0].message.tool_calls[0])
                 made += 1
@@ -387,7 +387,7 @@ class OpenAiHttpTest(cl.ClusterCase):
         name, arguments, finish = "", "", None
         for chunk in api.chat.completions.create(model="m", messages=ask, tools=tools,
                                                  tool_choice="required", temperature=0,
-                                                 max_tokens=80, stream=True):
+                                                 max_tokens=200, stream=True):
             for c in chunk.choices:
                 for tc in c.delta.tool_calls or []:
                     name += tc.function.name or ""

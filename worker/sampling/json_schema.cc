@@ -132,8 +132,8 @@ absl::Status SchemaCompiler::Ref(const ojson& ref, const std::string& path, int 
 
 absl::Status SchemaCompiler::Alternatives(const std::vector<ojson>& alternatives,
                                           const std::string& path, int depth, SchemaNode* node) {
-  if (alternatives.empty() || alternatives.size() > 16) {
-    return Bad(path, "must list 1 to 16 schemas");
+  if (alternatives.empty() || alternatives.size() > 64) {  // SchemaRecognizer's 64-bit masks
+    return Bad(path, "must list 1 to 64 schemas");
   }
   node->kind = SchemaNode::Kind::kAnyOf;
   paths_.back() = path;  // Finish's errors name the list
@@ -465,11 +465,19 @@ bool SchemaRecognizer::EndValue() {
 bool SchemaRecognizer::StartValue(int node, unsigned char c) {
   if (depth_ == kMaxDepth) return false;
   const SchemaNode& n = schema_->nodes()[node];
+  // In the last frame a value cannot hold another: an object with properties (a tagged union
+  // always has its tag) or an array that needs items would be a dead end, so it is not begun.
+  if (depth_ == kMaxDepth - 1 && ((n.kind == SchemaNode::Kind::kObject && !n.keys.empty()) ||
+                                  (n.kind == SchemaNode::Kind::kAnyOf && n.discriminated) ||
+                                  (n.kind == SchemaNode::Kind::kArray && n.min_items > 0))) {
+    return false;
+  }
   if (n.kind == SchemaNode::Kind::kAnyOf && n.discriminated) {  // picked by the tag, later
     if (c != '{') return false;
     Frame f;
     f.node = static_cast<int16_t>(node);
-    f.mask = (uint64_t{1} << n.children.size()) - 1;  // the alternatives still possible
+    f.mask = n.children.size() >= 64 ? ~uint64_t{0}  // the alternatives still possible
+                                     : (uint64_t{1} << n.children.size()) - 1;
     stack_[depth_++] = f;
     return true;
   }

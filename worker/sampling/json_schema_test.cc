@@ -317,6 +317,14 @@ TEST(JsonSchema, TaggedUnionPickedByItsFirstProperty) {
   EXPECT_EQ(Check(*list, R"([{"t": "b"}, null, {"t": "a", "x": "y"}])"),
             std::make_pair(true, true));
   EXPECT_FALSE(Check(*list, R"([{"t": "a"}])").first);
+  // At the nesting bound an object that must hold a value is not begun (it could not end).
+  auto tree = MustCompile(R"({"$ref": "#/$defs/T", "$defs": {"T": {"anyOf": [
+      {"type": "object", "properties": {"t": {"const": "leaf"}}},
+      {"type": "object", "properties": {"t": {"const": "pair"}, "l": {"$ref": "#/$defs/T"}}}]}}})");
+  std::string deep;
+  for (int i = 0; i < 15; ++i) deep += R"({"t": "pair", "l": )";
+  EXPECT_TRUE(Check(*tree, deep).first);
+  EXPECT_FALSE(Check(*tree, deep + "{").first);
   // Not a tagged union: still refused, naming the list.
   for (const char* bad : {R"({"anyOf": [{"type": "object"}, {"type": "object"}]})",
                           R"({"anyOf": [{"type": "object", "properties": {"t": {"const": "a"}}},

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "google/protobuf/util/json_util.h"
+#include "worker/sampling/json_constraint.h"
 #include "worker/sampling/json_schema.h"
 #include "worker/server/api_util.h"
 
@@ -278,16 +279,6 @@ absl::Status ParseTools(Fields& f, v1::GenerateRequest* r, ParsedRequest* out) {
       if (!p->is_object()) return Bad(at + ".function.parameters", "must be a JSON schema object");
       parameters = *p;
     }
-    // The schema is checked here so that its error names the tool.
-    if (auto compiled = JsonSchema::Compile(parameters.dump()); !compiled.ok()) {
-      std::string message(compiled.status().message());
-      constexpr std::string_view kRoot = "json_schema";
-      if (message.rfind(kRoot, 0) == 0) message.erase(0, kRoot.size());
-      const std::string field = absl::StrCat(at, ".function.parameters");
-      const size_t colon = message.find(": ");
-      return Bad(field + message.substr(0, colon),
-                 colon == std::string::npos ? message : message.substr(colon + 2));
-    }
     json entry = {{"type", "function"}, {"function", {{"name", name}}}};
     if (auto d = fn->find("description"); d != fn->end() && d->is_string()) {
       entry["function"]["description"] = *d;
@@ -305,6 +296,9 @@ absl::Status ParseTools(Fields& f, v1::GenerateRequest* r, ParsedRequest* out) {
   if (*choice == "none") return absl::OkStatus();  // tools left out of the prompt, as vLLM does
   std::vector<std::pair<std::string, json>> candidates;
   if (*choice == "required") {
+    if (functions.size() > 64) {
+      return Bad("tool_choice", "\"required\" chooses among at most 64 tools; name one");
+    }
     out->tool_choice = ParsedRequest::ToolChoice::kRequired;
     candidates = functions;
   } else if (choice->is_object() && choice->value("type", "") == "function" &&
@@ -324,6 +318,21 @@ absl::Status ParseTools(Fields& f, v1::GenerateRequest* r, ParsedRequest* out) {
   v1::SamplingOptions* s = r->mutable_sampling();
   if (!s->response_format().empty() && s->response_format() != "text") {
     return Bad("response_format", "cannot be combined with a forced tool_choice");
+  }
+  // The schemas of the tools that can be called are checked here, so that an error names the
+  // tool (the others only go to the chat template: agents send all their tools every turn).
+  for (const auto& [name, parameters] : candidates) {
+    auto compiled = JsonSchema::Compile(parameters.dump());
+    if (compiled.ok()) continue;
+    size_t index = 0;
+    while (functions[index].first != name) ++index;
+    std::string message(compiled.status().message());
+    constexpr std::string_view kRoot = "json_schema";
+    if (message.rfind(kRoot, 0) == 0) message.erase(0, kRoot.size());
+    const std::string field = absl::StrCat("tools[", index, "].function.parameters");
+    const size_t colon = message.find(": ");
+    return Bad(field + message.substr(0, colon),
+               colon == std::string::npos ? message : message.substr(colon + 2));
   }
   json schema;
   if (candidates.size() == 1) {  // the output is the arguments
@@ -758,27 +767,59 @@ void ResponseBuilder::AddLogprobs(Choice& choice, const v1::Chunk& chunk, json* 
           {"text_offset", std::move(offsets)}};
 }
 
+namespace {
+
+size_t SkipSpace(const std::string& t, size_t i) {
+  while (i < t.size() && (t[i] == ' ' || t[i] == '\n' || t[i] == '\r' || t[i] == '\t')) ++i;
+  return i;
+}
+
+}  // namespace
+
 json ResponseBuilder::ToolCall(const std::string& text) const {
+  // Only a whole value is a call (max_tokens may cut it); the check is the constraint's own
+  // recognizer, so whatever decoding allowed (1e400, a lone escaped surrogate) passes.
+  JsonRecognizer whole(/*object_only=*/false);
+  if (!whole.Feed(text) || !whole.CanEnd()) return nullptr;
   std::string name = request_.tool_name;
-  json arguments = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (arguments.is_discarded()) return nullptr;
-  if (name.empty()) {  // {"name": ..., "arguments": {...}}
-    if (!arguments.is_object() || !arguments.contains("name") || !arguments["name"].is_string() ||
-        !arguments.contains("arguments")) {
-      return nullptr;
-    }
-    name = arguments["name"].get<std::string>();
-    arguments = json(arguments["arguments"]);
+  std::string arguments;
+  if (!name.empty()) {
+    arguments = text;  // the arguments as written (vLLM passes them through too)
+  } else {
+    // {"name": "<tool>", "arguments": <value>}, as the tagged-union schema writes it.
+    size_t i = SkipSpace(text, 0);
+    if (text.compare(i, 1, "{") != 0) return nullptr;
+    i = SkipSpace(text, i + 1);
+    if (text.compare(i, 6, "\"name\"") != 0) return nullptr;
+    i = SkipSpace(text, i + 6);
+    if (text.compare(i, 1, ":") != 0) return nullptr;
+    i = SkipSpace(text, i + 1);
+    size_t end = i + 1;
+    while (end < text.size() && text[end] != '"') end += text[end] == '\\' ? 2 : 1;
+    if (end >= text.size()) return nullptr;
+    json tag = json::parse(text.substr(i, end - i + 1), nullptr, /*allow_exceptions=*/false);
+    if (!tag.is_string()) return nullptr;
+    name = tag.get<std::string>();
+    i = SkipSpace(text, end + 1);
+    if (text.compare(i, 1, ",") != 0) return nullptr;
+    i = SkipSpace(text, i + 1);
+    if (text.compare(i, 11, "\"arguments\"") != 0) return nullptr;
+    i = SkipSpace(text, i + 11);
+    if (text.compare(i, 1, ":") != 0) return nullptr;
+    const size_t last = text.find_last_of('}');
+    if (last == std::string::npos || last <= i) return nullptr;
+    arguments = text.substr(i + 1, last - i - 1);
   }
+  const size_t b = SkipSpace(arguments, 0);
+  size_t e = arguments.size();
+  while (e > b && SkipSpace(arguments, e - 1) != e - 1) --e;  // trailing whitespace
+  arguments = arguments.substr(b, e - b);
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kAlnum[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
   std::string id = "call_";
   for (int k = 0; k < 24; ++k) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
-  return {{"id", id},
-          {"type", "function"},
-          {"function",
-           {{"name", name},
-            {"arguments", arguments.dump(-1, ' ', false, json::error_handler_t::replace)}}}};
+  return {
+      {"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
 }
 
 std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& response) {
@@ -790,6 +831,10 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
     if (request_.logprobs) AddLogprobs(c, chunk, &lp);
     if (tools && request_.stream) {  // the call is sent whole, once it is complete
       c.text += chunk.text();
+      if (!lp.is_null()) {
+        if (c.logprobs.is_null()) c.logprobs = json{{"content", json::array()}};
+        for (json& v : lp["content"]) c.logprobs["content"].push_back(std::move(v));
+      }
       return "";
     }
     if (!request_.stream) {
@@ -830,7 +875,7 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
                     {"tool_calls", json::array({std::move(call)})}};
       json first = {{"index", index},
                     {"delta", std::move(delta)},
-                    {"logprobs", nullptr},
+                    {"logprobs", c.logprobs},
                     {"finish_reason", nullptr}};
       c.started = true;
       return Event(ChunkObject(json::array({std::move(first)}))) +

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "worker/sampling/json_schema.h"
 
 namespace tinyserve::openai {
@@ -266,6 +267,31 @@ TEST(OpenAiParse, ToolsAndForcedToolChoice) {
   EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": "x", "tool_calls": [
                 {"function": {"name": "f"}}]}]})"),
             "messages[0].tool_calls");
+  // Tools that cannot be called are not compiled: agents send all their tools every turn.
+  const std::string two = R"("tools": [
+      {"type": "function", "function": {"name": "a", "parameters": {"type": "object",
+       "properties": {"city": {"type": "string"}}}}},
+      {"type": "function", "function": {"name": "b", "parameters": {"type": "object",
+       "properties": {"date": {"type": "string", "pattern": "^[0-9]{4}"}}}}}])";
+  EXPECT_EQ(ParamOf(kChat, "{" + user + ", " + two + R"(, "tool_choice": "none"})"), "<ok>");
+  EXPECT_EQ(ParamOf(kChat, "{" + user + ", " + two + R"(, "tool_choice":
+                {"type": "function", "function": {"name": "a"}}})"),
+            "<ok>");
+  EXPECT_EQ(ParamOf(kChat, "{" + user + ", " + two + R"(, "tool_choice": "required"})"),
+            "tools[1].function.parameters.properties.date.pattern");
+  // "required" over up to 64 tools (a union of 64); more is refused naming tool_choice.
+  auto many = [&](int n) {
+    std::string list = R"("tools": [)";
+    for (int i = 0; i < n; ++i) {
+      list += absl::StrCat(
+          i ? "," : "", R"({"type": "function", "function": {"name": "f)", i,
+          R"(", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}})");
+    }
+    return "{" + user + ", " + list + R"(], "tool_choice": "required"})";
+  };
+  ParsedRequest r64 = MustParse(kChat, many(64));
+  EXPECT_TRUE(JsonSchema::Compile(r64.calls[0].sampling().json_schema()).ok());
+  EXPECT_EQ(ParamOf(kChat, many(65)), "tool_choice");
 }
 
 TEST(OpenAiErrors, HttpStatusAndType) {
@@ -443,6 +469,20 @@ TEST(OpenAiResponse, ForcedToolCallsBecomeToolCallsStreamedOrNot) {
   json text = json::parse(cut.Body());
   EXPECT_EQ(text["choices"][0]["message"]["content"], "{\"x\": ");
   EXPECT_EQ(text["choices"][0]["finish_reason"], "length");
+  // Whatever the constraint allowed is passed through as written (1e400 does not fit a double).
+  ResponseBuilder big(r, "chatcmpl-5", 5);
+  big.OnResponse(0, Chunk("{\"name\": \"add\", \"arguments\": {\"a\": 1e400} }\n", 3, -0.1f));
+  big.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 1));
+  json passed = json::parse(big.Body());
+  EXPECT_EQ(passed["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+            "{\"a\": 1e400}");
+  // Streamed with logprobs: they ride on the call's chunk.
+  ParsedRequest lp = MustParse(Endpoint::kChat, body + R"(, "stream": true, "logprobs": true})");
+  ResponseBuilder lb(lp, "chatcmpl-6", 5);
+  lb.OnResponse(0, Chunk(R"({"name": "add", "arguments": {}})", 3, -0.25f));
+  std::vector<std::string> lev = Events(lb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 1)));
+  ASSERT_EQ(lev.size(), 2u);
+  EXPECT_EQ(json::parse(lev[0])["choices"][0]["logprobs"]["content"][0]["logprob"], -0.25f);
 }
 
 }  // namespace

@@ -300,11 +300,29 @@ void Tracer::Loop() {
 
 namespace {
 
-constexpr int kConnectTimeoutMs = 2000;
-constexpr int kIoTimeoutMs = 5000;
+constexpr auto kConnectTimeout = std::chrono::seconds(2);
+constexpr auto kPostTimeout = std::chrono::seconds(10);  // the whole post, connect included
 
-// A connected TCP socket to `a` within kConnectTimeoutMs, or -1 with `error` set.
-int ConnectWithin(const addrinfo* a, std::string* error) {
+using Clock = std::chrono::steady_clock;
+
+int MillisLeft(Clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
+
+// Waits until fd is ready for `events` or the deadline passes.
+bool Ready(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = poll(&p, 1, MillisLeft(deadline));
+    if (n > 0) return true;
+    if (n == 0 || errno != EINTR) return false;
+  }
+}
+
+// A connected, non-blocking TCP socket to `a` by the deadline, or -1 with `error` set.
+int ConnectBy(const addrinfo* a, Clock::time_point deadline, std::string* error) {
   const int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *error = absl::StrCat("socket: ", std::strerror(errno));
@@ -312,12 +330,10 @@ int ConnectWithin(const addrinfo* a, std::string* error) {
   }
   int err = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
   if (err == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    const int n = poll(&p, 1, kConnectTimeoutMs);
     socklen_t len = sizeof(err);
-    if (n == 0) {
+    if (!Ready(fd, POLLOUT, deadline)) {
       err = ETIMEDOUT;
-    } else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+    } else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
       err = errno;
     }
   }
@@ -326,19 +342,17 @@ int ConnectWithin(const addrinfo* a, std::string* error) {
     close(fd);
     return -1;
   }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  const timeval io{kIoTimeoutMs / 1000, 0};
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &io, sizeof(io));
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &io, sizeof(io));
   return fd;
 }
 
 }  // namespace
 
-// One POST on a fresh connection, every step bounded: connecting kConnectTimeoutMs, each send or
-// receive kIoTimeoutMs; so a black-holed or stalled collector neither blocks the exporter long
-// nor holds up shutdown. Only the status line is read (Connection: close).
+// One POST on a fresh connection within kPostTimeout (each address tried at most
+// kConnectTimeout), so a black-holed, stalled or trickling collector neither blocks the
+// exporter long nor holds up shutdown; name resolution is the system resolver's (its own
+// timeouts). Only the status line is read (Connection: close).
 bool Tracer::Post(const std::string& body, std::string* error) {
+  const Clock::time_point deadline = Clock::now() + kPostTimeout;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -349,24 +363,31 @@ bool Tracer::Post(const std::string& body, std::string* error) {
     return false;
   }
   int fd = -1;
-  for (const addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ConnectWithin(a, error);
+  for (const addrinfo* a = found; a != nullptr && fd < 0 && MillisLeft(deadline) > 0;
+       a = a->ai_next) {
+    fd = ConnectBy(a, std::min(deadline, Clock::now() + kConnectTimeout), error);
   }
   freeaddrinfo(found);
-  if (fd < 0) return false;
-  const std::string request =
-      absl::StrCat("POST ", path_, " HTTP/1.1\r\nHost: ", host_, ":", port_,
-                   "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
-                   "\r\nConnection: close\r\n\r\n", body);
+  if (fd < 0) {
+    if (error->empty()) *error = "connect: timed out";
+    return false;
+  }
+  const bool ipv6 = host_.find(':') != std::string::npos;  // a literal: [::1]:4318
+  const std::string request = absl::StrCat(
+      "POST ", path_, " HTTP/1.1\r\nHost: ", ipv6 ? "[" : "", host_, ipv6 ? "]" : "", ":", port_,
+      "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+      "\r\nConnection: close\r\n\r\n", body);
   bool ok = true;
   for (size_t sent = 0; ok && sent < request.size();) {
-    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    const ssize_t n = Ready(fd, POLLOUT, deadline)
+                          ? send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL)
+                          : -2;
     if (n > 0) {
       sent += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
+    } else if (n == -1 && (errno == EINTR || errno == EAGAIN)) {
       continue;
     } else {
-      *error = absl::StrCat("send: ", n < 0 ? std::strerror(errno) : "closed");
+      *error = n == -2 ? "send: timed out" : absl::StrCat("send: ", std::strerror(errno));
       ok = false;
     }
   }
@@ -374,14 +395,15 @@ bool Tracer::Post(const std::string& body, std::string* error) {
   std::string head;
   while (ok && head.find("\r\n") == std::string::npos && head.size() < 256) {
     char buf[256];
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    const ssize_t n = Ready(fd, POLLIN, deadline) ? recv(fd, buf, sizeof(buf), 0) : -2;
     if (n > 0) {
       head.append(buf, static_cast<size_t>(n));
-    } else if (n < 0 && errno == EINTR) {
+    } else if (n == -1 && (errno == EINTR || errno == EAGAIN)) {
       continue;
     } else {
-      *error = n == 0 ? "the collector closed the connection without an answer"
-                      : absl::StrCat("no answer: ", std::strerror(errno));
+      *error = n == 0    ? "the collector closed the connection without an answer"
+               : n == -2 ? "no answer in time"
+                         : absl::StrCat("no answer: ", std::strerror(errno));
       ok = false;
     }
   }

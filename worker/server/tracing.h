@@ -96,8 +96,8 @@ class Tracer {
   // nullptr (and OK) when options.endpoint is empty. INVALID_ARGUMENT naming
   // --otlp-traces-endpoint for a URL it cannot post to (only http:// is supported).
   static absl::StatusOr<std::unique_ptr<Tracer>> Create(const TracerOptions& options);
-  // Posts what is queued, unless the last post failed (a post takes 12 s at most: connecting 2 s,
-  // sending and the answer 5 s each), then stops.
+  // Posts what is queued, unless the last post failed (a post takes 10 s at most, name
+  // resolution aside), then stops.
   ~Tracer();
 
   bool Sample(const TraceContext& parent);
