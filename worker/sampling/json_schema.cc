@@ -1,6 +1,5 @@
 #include "worker/sampling/json_schema.h"
 
-#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -47,15 +46,10 @@ class SchemaCompiler {
     }
     return static_cast<int>(it->get<uint64_t>());
   }
-  // minimum/maximum, exclusiveMinimum/exclusiveMaximum as numbers (draft 6+) or as booleans
-  // beside minimum/maximum (draft 4). long double holds every int64 exactly.
-  struct RawBounds {
-    std::optional<long double> mn, mx, xmn, xmx;
-    bool draft4_xmn = false, draft4_xmx = false;
-    bool any() const { return mn || mx || xmn || xmx; }
-  };
-  static absl::StatusOr<RawBounds> ReadBounds(const ojson& s, const std::string& path) {
-    RawBounds b;
+  // An integer node's bounds: minimum/maximum, exclusiveMinimum/exclusiveMaximum as numbers
+  // (draft 6+) or as booleans beside minimum/maximum (draft 4).
+  static absl::Status IntegerBounds(const ojson& s, const std::string& path, SchemaNode* node) {
+    // long double holds every int64 exactly, so integer bounds are exact.
     auto number = [&](const char* key, std::optional<long double>* out) -> absl::Status {
       auto it = s.find(key);
       if (it == s.end() || it->is_boolean()) return absl::OkStatus();
@@ -73,63 +67,23 @@ class SchemaCompiler {
       auto it = s.find(key);
       return it != s.end() && it->is_boolean() && it->get<bool>();
     };
+    std::optional<long double> mn, mx, xmn, xmx;
     for (auto [key, out] :
-         {std::pair{"minimum", &b.mn}, std::pair{"maximum", &b.mx},
-          std::pair{"exclusiveMinimum", &b.xmn}, std::pair{"exclusiveMaximum", &b.xmx}}) {
+         {std::pair{"minimum", &mn}, std::pair{"maximum", &mx}, std::pair{"exclusiveMinimum", &xmn},
+          std::pair{"exclusiveMaximum", &xmx}}) {
       if (absl::Status st = number(key, out); !st.ok()) return st;
     }
-    b.draft4_xmn = flag("exclusiveMinimum");
-    b.draft4_xmx = flag("exclusiveMaximum");
-    return b;
-  }
-  // An integer node's bounds.
-  static absl::Status IntegerBounds(const ojson& s, const std::string& path, SchemaNode* node) {
-    absl::StatusOr<RawBounds> b = ReadBounds(s, path);
-    if (!b.ok()) return b.status();
-    if (!b->any()) return absl::OkStatus();
+    if (!mn && !mx && !xmn && !xmx) return absl::OkStatus();
     constexpr long double kMin = -9223372036854775808.0L, kMax = 9223372036854775808.0L;  // 2^63
     long double lo = kMin, hi = kMax;
-    if (b->mn) lo = std::max(lo, b->draft4_xmn ? std::floor(*b->mn) + 1 : std::ceil(*b->mn));
-    if (b->xmn) lo = std::max(lo, std::floor(*b->xmn) + 1);
-    if (b->mx) hi = std::min(hi, b->draft4_xmx ? std::ceil(*b->mx) - 1 : std::floor(*b->mx));
-    if (b->xmx) hi = std::min(hi, std::ceil(*b->xmx) - 1);  // (long double overloads)
+    if (mn) lo = std::max(lo, flag("exclusiveMinimum") ? std::floor(*mn) + 1 : std::ceil(*mn));
+    if (xmn) lo = std::max(lo, std::floor(*xmn) + 1);
+    if (mx) hi = std::min(hi, flag("exclusiveMaximum") ? std::ceil(*mx) - 1 : std::floor(*mx));
+    if (xmx) hi = std::min(hi, std::ceil(*xmx) - 1);  // (long double overloads)
     if (lo > hi) return Bad(path, "has no integer between its minimum and maximum");
     node->bounded = true;
     node->min_value = lo <= kMin ? INT64_MIN : static_cast<int64_t>(lo);
     node->max_value = hi >= kMax ? INT64_MAX : static_cast<int64_t>(hi);
-    return absl::OkStatus();
-  }
-  // A number node's bounds: the tighter of each pair, an exclusive end open.
-  static absl::Status NumberBounds(const ojson& s, const std::string& path, SchemaNode* node) {
-    absl::StatusOr<RawBounds> b = ReadBounds(s, path);
-    if (!b.ok()) return b.status();
-    if (!b->any()) return absl::OkStatus();
-    long double lo = -HUGE_VALL, hi = HUGE_VALL;
-    bool lo_open = false, hi_open = false;
-    if (b->mn) {
-      lo = *b->mn;
-      lo_open = b->draft4_xmn;
-    }
-    if (b->xmn && (*b->xmn > lo || (*b->xmn == lo && !lo_open))) {
-      lo = *b->xmn;
-      lo_open = true;
-    }
-    if (b->mx) {
-      hi = *b->mx;
-      hi_open = b->draft4_xmx;
-    }
-    if (b->xmx && (*b->xmx < hi || (*b->xmx == hi && !hi_open))) {
-      hi = *b->xmx;
-      hi_open = true;
-    }
-    if (lo > hi || (lo == hi && (lo_open || hi_open))) {
-      return Bad(path, "has no number between its minimum and maximum");
-    }
-    node->number_bounded = true;
-    node->num_lo = static_cast<double>(lo);
-    node->num_hi = static_cast<double>(hi);
-    node->lo_open = lo_open;
-    node->hi_open = hi_open;
     return absl::OkStatus();
   }
   // node's min_items and max_items from the schema's min_key and max_key.
@@ -296,10 +250,8 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
       if (auto st = Bounds(s, "minLength", "maxLength", path, &node); !st.ok()) return st;
     } else if (type == "number" || type == "integer") {
       node.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
-      if (auto st =
-              type == "integer" ? IntegerBounds(s, path, &node) : NumberBounds(s, path, &node);
-          !st.ok()) {
-        return st;
+      if (type == "integer") {
+        if (auto st = IntegerBounds(s, path, &node); !st.ok()) return st;
       }
     } else if (type == "boolean") {
       node.kind = SchemaNode::Kind::kLiterals;
@@ -472,59 +424,6 @@ bool IntegerReachable(bool negative, uint64_t magnitude, NumState s, int more, i
   return false;
 }
 
-// Bounded numbers. A frame holds the digits written as a mantissa (Frame::mask), the digits
-// after the '.' (Frame::frac, -1 before it) and the sign (Frame::phase == 1).
-long double Pow10(int k) {
-  long double p = 1;
-  for (int i = 0; i < k; ++i) p *= 10;
-  return p;
-}
-
-// Whether some x in [a, b) (b exclusive, possibly infinite) lies within the node's bounds, for a
-// value (negative: the bounds are mirrored, as a and b are magnitudes).
-bool Hits(long double a, long double b, bool negative, const SchemaNode& n) {
-  long double lo = n.num_lo, hi = n.num_hi;
-  bool lo_open = n.lo_open, hi_open = n.hi_open;
-  if (negative) {
-    std::swap(lo, hi);
-    lo = -lo;
-    hi = -hi;
-    std::swap(lo_open, hi_open);
-  }
-  long double x = a;
-  bool x_open = false;  // x stands for "just above x"
-  if (lo > a || (lo == a && lo_open)) {
-    x = lo;
-    x_open = lo_open;
-  }
-  if (!(x < b)) return false;
-  if (x < hi) return true;
-  return x == hi && !hi_open && !x_open;
-}
-
-bool NumberIn(bool negative, uint64_t mantissa, int frac, const SchemaNode& n) {
-  long double v = static_cast<long double>(mantissa) / Pow10(std::max(frac, 0));
-  if (negative) v = -v;
-  return (v > n.num_lo || (v == n.num_lo && !n.lo_open)) &&
-         (v < n.num_hi || (v == n.num_hi && !n.hi_open));
-}
-
-// Whether a number whose text starts so can still end within the bounds, with at most `more`
-// further bytes.
-bool NumberReachable(bool negative, uint64_t mantissa, int frac, NumState s, int more,
-                     const SchemaNode& n) {
-  if (s == NumState::kMinus) return Hits(0, HUGE_VALL, true, n);
-  const long double p = static_cast<long double>(mantissa) / Pow10(std::max(frac, 0));
-  if (frac >= 0) return Hits(p, p + 1 / Pow10(frac), negative, n);  // more fraction digits
-  // Still in the integer part: [p, p + 1) with a fraction, or p * 10^j.. with j more digits.
-  const int digits = s == NumState::kZero ? 0 : std::min(more, 20);
-  long double a = p, width = 1;
-  for (int j = 0; j <= digits; ++j, a *= 10, width *= 10) {
-    if (Hits(a, a + width, negative, n)) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 bool SchemaRecognizer::Feed(std::string_view bytes) {
@@ -547,8 +446,7 @@ bool SchemaRecognizer::Complete() const {
     case SchemaNode::Kind::kNumber:
     case SchemaNode::Kind::kInteger:
       return NumberCanEnd(static_cast<NumState>(f.sub)) &&
-             (!n.bounded || IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value)) &&
-             (!n.number_bounded || NumberIn(f.phase == 1, f.mask, f.frac, n));
+             (!n.bounded || IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value));
     case SchemaNode::Kind::kLiterals:
       for (size_t i = 0; i < n.literals.size(); ++i) {
         if ((f.mask >> i & 1) && n.literals[i].size() == f.index) return true;
@@ -619,12 +517,6 @@ bool SchemaRecognizer::StartValue(int node, unsigned char c) {
         if (!IntegerReachable(f.phase == 1, f.mask, s, kMaxJsonNumber - 1, n.min_value,
                               n.max_value))
           return false;
-      }
-      if (n.number_bounded) {
-        f.phase = c == '-' ? 1 : 0;
-        f.mask = c == '-' ? 0 : static_cast<uint64_t>(c - '0');
-        f.frac = -1;
-        if (!NumberReachable(f.phase == 1, f.mask, f.frac, s, kMaxJsonNumber - 1, n)) return false;
       }
       break;
     }
@@ -720,22 +612,9 @@ bool SchemaRecognizer::Byte(unsigned char c) {
                                   n.min_value, n.max_value))
               return false;
           }
-          if (n.number_bounded) {
-            if (c == 'e' || c == 'E') return false;  // no exponent: the value stays exact
-            if (c == '.') {
-              f.frac = 0;
-            } else {
-              if (f.mask >= 100'000'000'000'000'000ULL) return false;  // 18 significant digits
-              f.mask = f.mask * 10 + (c - '0');
-              if (f.frac >= 0) ++f.frac;
-            }
-            if (!NumberReachable(f.phase == 1, f.mask, f.frac, s, kMaxJsonNumber - 1 - f.index, n))
-              return false;
-          }
           return ++f.index <= kMaxJsonNumber;
         case NumStep::kEnded:
           if (n.bounded && !IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value)) return false;
-          if (n.number_bounded && !NumberIn(f.phase == 1, f.mask, f.frac, n)) return false;
           EndValue();
           return Byte(c);
         default:

@@ -8,10 +8,8 @@
 // code points, an escape sequence counting as one and an escaped surrogate pair as one), number,
 // integer
 // ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum": a digit is refused once no integer
-// it could start lies within them; a number's bounds likewise, the number then written without an
-// exponent and with at most 18 significant digits), boolean, null; "enum" and "const" of scalars; a
-// schema without "type" accepts any JSON value. Also what Pydantic and zod emit for nested and
-// optional fields:
+// it could start lies within them), boolean, null; "enum" and "const" of scalars; a schema without
+// "type" accepts any JSON value. Also what Pydantic and zod emit for nested and optional fields:
 //   - "$ref" to a local JSON pointer ("#/$defs/Address", "#/definitions/X", "#"), recursion
 //     included (each target is compiled once);
 //   - "anyOf" / "oneOf", and a list of types ("type": ["string", "null"]), when the
@@ -60,12 +58,6 @@ struct SchemaNode {
   int max_items = INT_MAX;
   bool bounded = false;  // kInteger: minimum/maximum, inclusive (INT64_MIN, INT64_MAX: none)
   int64_t min_value = 0, max_value = 0;
-  // kNumber with minimum/maximum (exclusive ends open; none: +-infinity): written without an
-  // exponent, at most 18 significant digits, and each digit refused once no number it could
-  // start lies within the bounds.
-  bool number_bounded = false;
-  double num_lo = 0, num_hi = 0;
-  bool lo_open = false, hi_open = false;
   std::vector<std::string> literals;  // kLiterals: the JSON texts allowed (enum, const, bool, null)
   // kAnyOf of objects told apart by their first property, a string const under the same key
   // in each (a tagged union: {"type": "cat", ...} | {"type": "dog", ...}): the alternative is
@@ -104,7 +96,6 @@ class SchemaRecognizer {
     uint8_t sub = 0;     // string: hex digits left in \uXXXX; number: its state
     uint32_t index = 0;  // object: key; array: items so far; number/literal: bytes read
     uint64_t mask = 0;   // literals: the candidates still possible; see json_schema.cc
-    int8_t frac = -1;    // a bounded number: digits after its '.' (-1: none yet)
   };
 
   bool Byte(unsigned char c);
