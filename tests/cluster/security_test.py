@@ -17,6 +17,7 @@ What the worker and router must do (worker/server/rpc_security.h):
 """
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -253,7 +254,7 @@ class SecurityTest(cl.ClusterCase):
         import openai
         w = self.cluster.worker()
         r = self.cluster.router([w], "--http-tls-cert", self.server_cert, "--http-tls-key",
-                                self.server_key, "--tls-reload", "1")
+                                self.server_key, "--tls-reload", "1", "--http-threads", "2")
         base = f"https://127.0.0.1:{r.http_port}"
         api = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0,
                             http_client=openai.DefaultHttpxClient(
@@ -268,6 +269,18 @@ class SecurityTest(cl.ClusterCase):
         chat = api.chat.completions.create(model="m", max_tokens=4,
                                            messages=[{"role": "user", "content": "Hi"}])
         self.assertEqual(chat.usage.completion_tokens, 4)
+        # Clients that connect and stall their handshake (slowloris), more of them than the
+        # connections --http-threads 2 relays, do not keep working clients out.
+        stalled = [socket.create_connection(("127.0.0.1", r.http_port)) for _ in range(12)]
+        for sock in stalled:
+            sock.sendall(b"\x16")  # the first byte of a ClientHello, then nothing
+        fresh = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0,
+                              http_client=openai.DefaultHttpxClient(
+                                  verify=ssl.create_default_context(cafile=self.pki.ca)))
+        ok = fresh.completions.create(model="m", prompt="Once", max_tokens=2, temperature=0)
+        self.assertEqual(ok.usage.completion_tokens, 2)  # a new connection, not a kept-alive one
+        for sock in stalled:
+            sock.close()
         # Refused: a client that does not trust the CA, and plaintext HTTP on that port.
         with self.assertRaises(openai.APIConnectionError):
             openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0).models.list()

@@ -177,13 +177,29 @@ std::shared_ptr<SSL_CTX> TlsTerminator::Context() {
 void TlsTerminator::AcceptLoop() {
   while (!stop_) {
     if (!WaitFor(listen_fd_, POLLIN, 200)) continue;
-    const int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;
-    if (open_.load() >= options_.max_connections) {
+    const int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (client < 0) {
+      // Out of descriptors (EMFILE) or memory: the connection stays queued; back off rather
+      // than spin on a listener that stays readable.
+      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      continue;
+    }
+    // Handshakes and relays have separate limits, so clients that connect and stall their
+    // handshake (slowloris) cannot take the slots of working connections; a handshake has
+    // kHandshakeTimeoutMs in all.
+    if (handshakes_.load() >= options_.max_connections * 4 ||
+        open_.load() - handshakes_.load() >= options_.max_connections) {
       close(client);
       continue;
     }
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // before the thread: the destructor wakes it
+      clients_.insert(client);
+    }
     ++open_;
+    ++handshakes_;
     std::thread([this, client] {
       Relay(client);
       --open_;
@@ -192,10 +208,6 @@ void TlsTerminator::AcceptLoop() {
 }
 
 void TlsTerminator::Relay(int client) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    clients_.insert(client);
-  }
   std::shared_ptr<SSL_CTX> ctx = Context();
   SSL* ssl = SSL_new(ctx.get());
   int plain = -1;
@@ -211,8 +223,25 @@ void TlsTerminator::Relay(int client) {
     close(client);
     if (plain >= 0) close(plain);
   };
-  SetTimeouts(client, kHandshakeTimeoutMs);
-  if (ssl == nullptr || SSL_set_fd(ssl, client) != 1 || SSL_accept(ssl) != 1) {
+  // The handshake on the non-blocking socket, with one deadline for all of it.
+  bool shaken = false;
+  if (ssl != nullptr && SSL_set_fd(ssl, client) == 1) {
+    const double deadline = NowSeconds() + kHandshakeTimeoutMs / 1000.0;
+    while (!stop_) {
+      const int r = SSL_accept(ssl);
+      if (r == 1) {
+        shaken = true;
+        break;
+      }
+      const int err = SSL_get_error(ssl, r);
+      const int left = static_cast<int>((deadline - NowSeconds()) * 1000);
+      if ((err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) || left <= 0) break;
+      // Slices of 500 ms, so stop_ is seen; the loop asks OpenSSL again either way.
+      WaitFor(client, err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, std::min(left, 500));
+    }
+  }
+  --handshakes_;
+  if (!shaken) {
     ERR_clear_error();
     return done();
   }
@@ -227,9 +256,7 @@ void TlsTerminator::Relay(int client) {
   const int one = 1;  // server-sent events go out token by token
   setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   setsockopt(plain, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  SetTimeouts(client, 0);
   SetTimeouts(plain, kStallTimeoutMs);
-  fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK);
   char buf[16384];
   while (!stop_) {
     // Client to civetweb: everything OpenSSL can decrypt now.
