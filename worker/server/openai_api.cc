@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_nesting.h"
 #include "common/status.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/sampling/json_constraint.h"
@@ -523,27 +524,9 @@ json TinyServeStats(const v1::Complete& c) {
 
 absl::StatusOr<json> ParseBody(std::string_view body) {
   // Nesting is bounded before parsing: what follows (dump, protobuf's JSON parser) recurses.
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxJsonDepth) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels"));
-      }
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
+  if (JsonNesting(body) > kMaxJsonDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels"));
   }
   json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/socket_io.h"
 #include "common/timer.h"
 #include "worker/server/rpc_security.h"
 
@@ -57,17 +58,6 @@ int64_t Stamp(const std::string& path) {
 bool WaitFor(int fd, short events, int timeout_ms) {
   pollfd p{fd, events, 0};
   return poll(&p, 1, timeout_ms) > 0;
-}
-
-bool SendAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
 }
 
 // SSL_write of all of data on a non-blocking socket.

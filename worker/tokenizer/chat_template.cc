@@ -5,10 +5,10 @@
 // one outside the Jinja subset, gets plain ChatML:
 //   <|im_start|>{role}\n{content}<|im_end|>\n   per message
 //   <|im_start|>assistant\n                    when add_generation_prompt
-#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_nesting.h"
 #include "common/log.h"
 #include "nlohmann/json.hpp"
 #include "worker/tokenizer/jinja.h"
@@ -19,30 +19,6 @@ namespace {
 
 std::string TokenText(const TokenizerData& data, int32_t id) {
   return id >= 0 && id < static_cast<int32_t>(data.tokens.size()) ? data.tokens[id] : "";
-}
-
-// Deepest nesting of arrays and objects in JSON text (outside strings): tools and tool calls
-// from a request are bounded before parsing, as the renderer walks them recursively.
-int JsonNesting(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
 }
 
 std::string PlainChatMl(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {

@@ -14,23 +14,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/socket_io.h"
 #include "common/status.h"
 #include "common/timer.h"
 
 namespace tinyserve {
 namespace {
-
-bool SendAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
 
 bool RecvAll(int fd, void* data, size_t n) {
   char* p = static_cast<char*>(data);
