@@ -51,10 +51,20 @@ def stubs():
     return _stubs
 
 
+_handed_out = set()  # ports free_port() returned in this process
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port, never one returned before in this process: the kernel may hand the
+    same ephemeral port out twice in a row once it is closed (a router's gRPC and metrics ports
+    then collided)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def channel(address, max_message=64 << 20):
