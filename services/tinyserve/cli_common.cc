@@ -71,6 +71,9 @@ void SamplingFlags::Register(FlagSet* f) {
   f->String("json-schema", &params.json_schema,
             "a JSON Schema (as JSON text) the output must match (sets --response-format "
             "json_schema; docs/HTTP_API.md lists what is supported)");
+  f->String("regex", &params.regex,
+            "a regular expression the whole output must match (sets --response-format regex; "
+            "docs/HTTP_API.md gives the syntax)");
 }
 
 SamplingParams SamplingFlags::Build() const {
@@ -81,6 +84,7 @@ SamplingParams SamplingFlags::Build() const {
   }
   p.stop = stop;
   if (!p.json_schema.empty() && p.response_format.empty()) p.response_format = "json_schema";
+  if (!p.regex.empty() && p.response_format.empty()) p.response_format = "regex";
   return p;
 }
 

@@ -66,6 +66,7 @@ int RunGenerateClient(const GenerateClientOptions& o) {
   s->set_ignore_eos(p.ignore_eos);
   s->set_response_format(p.response_format);
   s->set_json_schema(p.json_schema);
+  s->set_regex(p.regex);
   if (!o.policy.empty() || o.budget > 0) {
     req.mutable_selection()->set_policy(o.policy);
     req.mutable_selection()->set_budget(o.budget);

@@ -24,6 +24,7 @@
 #include "worker/runner/cuda_runner.h"
 #include "worker/runner/transformer.h"
 #include "worker/sampling/json_schema.h"
+#include "worker/sampling/regex.h"
 #include "worker/sampling/sampler.h"
 #include "worker/select/selector.h"
 #include "worker/tp/communicator.h"
@@ -59,6 +60,7 @@ struct Sequence {
   std::vector<uint64_t> hashes;  // chained hash of each full page registered so far
   std::unique_ptr<Sampler> sampler;
   std::shared_ptr<const JsonSchema> json_schema;  // json_schema output: its compiled schema
+  std::shared_ptr<const Regex> regex;             // regex output: its automaton
   std::unique_ptr<Policy> policy;
   // This step's speculative rows: the last sampled token, then the drafted ones (empty: none).
   std::vector<int32_t> verify;
@@ -1048,6 +1050,12 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
     s->json_schema = schema;  // the recognizer points into it
     s->sampler->SetConstraint(std::make_unique<RecognizerConstraint<SchemaRecognizer>>(
         m.token_table, SchemaRecognizer(schema.get())));
+  } else if (sp.response_format == "regex") {
+    auto re = Regex::Compile(sp.regex);
+    if (!re.ok()) return absl::InvalidArgumentError(absl::StrCat("regex: ", re.status().message()));
+    s->regex = *re;  // the recognizer points into it
+    s->sampler->SetConstraint(std::make_unique<RecognizerConstraint<RegexRecognizer>>(
+        m.token_table, RegexRecognizer(s->regex.get())));
   }
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
   const PolicyContext ctx = MakePolicyContext(

@@ -19,6 +19,7 @@ class SchemaCompiler {
   // Fills every node's first-byte set; refuses alternatives that can start alike.
   absl::Status Finish();
   std::vector<SchemaNode> nodes;
+  std::vector<std::shared_ptr<const Regex>> patterns;
 
  private:
   absl::Status Ref(const ojson& ref, const std::string& path, int depth, int* out);
@@ -172,8 +173,13 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
     return absl::OkStatus();
   }
   if (!s.is_object()) return Bad(path, "must be a schema object");
-  for (const char* k : {"not", "if", "patternProperties", "pattern", "prefixItems"}) {
+  for (const char* k : {"not", "if", "patternProperties", "prefixItems"}) {
     if (s.contains(k)) return Bad(absl::StrCat(path, ".", k), "is not supported");
+  }
+  // "pattern" holds strings only (other types pass it by), so it needs the type said.
+  if (s.contains("pattern") && (!s.contains("type") || s.contains("anyOf") || s.contains("oneOf") ||
+                                s.contains("enum") || s.contains("const"))) {
+    return Bad(path + ".pattern", "is supported beside \"type\": \"string\" only");
   }
   auto literal_ok = [](const ojson& v) { return !v.is_object() && !v.is_array(); };
   const ojson* any_of = nullptr;
@@ -248,6 +254,17 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
     } else if (type == "string") {
       node.kind = SchemaNode::Kind::kString;
       if (auto st = Bounds(s, "minLength", "maxLength", path, &node); !st.ok()) return st;
+      if (auto p = s.find("pattern"); p != s.end()) {
+        if (!p->is_string()) return Bad(path + ".pattern", "must be a string");
+        Regex::Options o;
+        o.search = true;  // JSON Schema: the string contains a match
+        o.min_length = node.min_items;
+        o.max_length = node.max_items;
+        auto re = Regex::Compile(p->get<std::string>(), o);
+        if (!re.ok()) return Bad(path + ".pattern", re.status().message());
+        node.pattern = static_cast<int>(patterns.size());
+        patterns.push_back(*std::move(re));
+      }
     } else if (type == "number" || type == "integer") {
       node.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
       if (type == "integer") {
@@ -360,6 +377,7 @@ absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::strin
   if (auto st = c.Finish(); !st.ok()) return st;
   auto schema = std::shared_ptr<JsonSchema>(new JsonSchema());
   schema->nodes_ = std::move(c.nodes);
+  schema->patterns_ = std::move(c.patterns);
   return std::shared_ptr<const JsonSchema>(std::move(schema));
 }
 
@@ -504,6 +522,7 @@ bool SchemaRecognizer::StartValue(int node, unsigned char c) {
       break;
     case SchemaNode::Kind::kString:
       if (c != '"') return false;
+      if (n.pattern >= 0) pattern_ = JsonStringMatcher(&schema_->pattern(n.pattern));
       break;
     case SchemaNode::Kind::kNumber:
     case SchemaNode::Kind::kInteger: {
@@ -551,6 +570,16 @@ bool SchemaRecognizer::Byte(unsigned char c) {
       return Byte(c);  // c belongs to what follows
     }
     case SchemaNode::Kind::kString:
+      if (n.pattern >= 0) {  // the pattern's automaton holds the length bounds too
+        switch (pattern_.Byte(c)) {
+          case JsonStringMatcher::Step::kReject:
+            return false;
+          case JsonStringMatcher::Step::kMore:
+            return true;
+          case JsonStringMatcher::Step::kClosed:
+            return EndValue();
+        }
+      }
       switch (f.phase) {
         case kBody:
           if (c == '"') return f.index >= static_cast<uint32_t>(n.min_items) && EndValue();

@@ -19,7 +19,11 @@
 //     a different string "const" (or one-value "enum") in each, a tagged union, picked once
 //     that value is written; other alternatives that can start alike are refused;
 //   - "allOf" of one schema (Pydantic wraps a $ref so).
-// Refused with an error naming the schema path: "not", "if", "pattern", "patternProperties",
+// A string's "pattern" (worker/sampling/regex.h: ECMA-262/Python syntax without lookaround or
+// backreferences; the string contains a match, "^" and "$" anchor it) is compiled into an
+// automaton with minLength/maxLength folded in, and checked on the decoded string as it is
+// written (escapes and surrogate pairs included); "pattern" needs "type": "string".
+// Refused with an error naming the schema path: "not", "if", "patternProperties",
 // "prefixItems", remote "$ref"s and any "type" not listed. Nesting: at most 16 levels.
 //
 // Thread safety: a compiled JsonSchema is immutable (shared); a SchemaRecognizer is per request.
@@ -35,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/sampling/json_constraint.h"
+#include "worker/sampling/regex.h"
 
 namespace tinyserve {
 
@@ -59,6 +64,7 @@ struct SchemaNode {
   bool bounded = false;  // kInteger: minimum/maximum, inclusive (INT64_MIN, INT64_MAX: none)
   int64_t min_value = 0, max_value = 0;
   std::vector<std::string> literals;  // kLiterals: the JSON texts allowed (enum, const, bool, null)
+  int pattern = -1;  // kString: its "pattern" (JsonSchema::pattern), lengths folded in; -1: none
   // kAnyOf of objects told apart by their first property, a string const under the same key
   // in each (a tagged union: {"type": "cat", ...} | {"type": "dog", ...}): the alternative is
   // picked once that value is read.
@@ -70,9 +76,11 @@ class JsonSchema {
   // INVALID_ARGUMENT naming the schema path ("json_schema.properties.age.type: ...").
   static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(std::string_view schema);
   const std::vector<SchemaNode>& nodes() const { return nodes_; }  // nodes_[0] is the root
+  const Regex& pattern(int i) const { return *patterns_[i]; }
 
  private:
   std::vector<SchemaNode> nodes_;
+  std::vector<std::shared_ptr<const Regex>> patterns_;
   friend class SchemaCompiler;
 };
 
@@ -110,6 +118,7 @@ class SchemaRecognizer {
   bool done_ = false;
   uint8_t whitespace_ = 0;
   JsonRecognizer any_{/*object_only=*/false};  // the innermost schema-less value
+  JsonStringMatcher pattern_;                  // the innermost string with a pattern
 };
 
 }  // namespace tinyserve

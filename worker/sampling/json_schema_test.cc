@@ -146,7 +146,14 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePath) {
       {R"({"allOf": [{"type": "string"}, {"type": "null"}]})", "json_schema.allOf"},
       {R"({"not": {"type": "string"}})", "json_schema.not"},
       {R"({"type": "decimal"})", "json_schema.type"},
-      {R"({"type": "string", "pattern": "^a"})", "json_schema.pattern"},
+      {R"({"type": "string", "pattern": "(?=a)b"})",
+       "json_schema.pattern: at offset 2: lookaround"},
+      {R"({"type": "string", "pattern": 3})", "json_schema.pattern: must be a string"},
+      {R"({"type": "string", "pattern": "^\\d{3}$", "maxLength": 2})",
+       "json_schema.pattern: matches no text within the length bounds"},
+      {R"({"pattern": "a"})", "json_schema.pattern: is supported beside"},
+      {R"({"enum": ["a", "b"], "type": "string", "pattern": "a"})", "json_schema.pattern"},
+      {R"({"patternProperties": {}})", "json_schema.patternProperties"},
       {R"({"type": "array", "minItems": 3, "maxItems": 2})", "json_schema"},
       {R"({"enum": []})", "json_schema.enum"},
       {R"([1])", "json_schema"},
@@ -395,6 +402,30 @@ TEST(JsonSchema, IntegerBoundsRefuseTheFirstDigitThatCannotFit) {
   // A model that would go on writing 9s is steered to end the number within the maximum.
   auto hundred = MustCompile(R"({"type": "integer", "maximum": 100})");
   EXPECT_EQ(GreedyText(*hundred, {"<eos>", "99", "9", "0"}, {0.0f, 5.0f, 4.0f, 3.0f}, 10), "99");
+}
+
+TEST(JsonSchema, PatternsHoldTheDecodedString) {
+  auto zip = MustCompile(R"({"type": "object", "properties": {
+      "zip": {"type": "string", "pattern": "^\\d{5}(-\\d{4})?$"},
+      "tag": {"type": ["string", "null"], "pattern": "x", "maxLength": 3},
+      "n": {"type": "integer", "pattern": "ignored for integers"}}})");
+  ASSERT_NE(zip, nullptr);
+  EXPECT_EQ(Check(*zip, R"({"zip": "12345", "tag": "axb", "n": 1})"), std::make_pair(true, true));
+  EXPECT_EQ(Check(*zip, R"({"zip": "12345-6789", "tag": null, "n": 1})"),
+            std::make_pair(true, true));
+  EXPECT_EQ(Check(*zip, R"({"zip": "\u0031\u0032345", "tag": "x", "n": 1})"),
+            std::make_pair(true, true));  // escapes are decoded before matching
+  EXPECT_FALSE(Check(*zip, R"({"zip": "1234a)").first);
+  EXPECT_FALSE(Check(*zip, R"({"zip": "1234")").first);                // too short to close
+  EXPECT_FALSE(Check(*zip, R"({"zip": "123456)").first);               // a sixth digit
+  EXPECT_FALSE(Check(*zip, R"({"zip": "12345", "tag": "abc)").first);  // 3 chars, no x
+  EXPECT_FALSE(Check(*zip, R"({"zip": "12345", "tag": "ab")").first);  // no x
+  EXPECT_TRUE(Check(*zip, R"({"zip": "12345", "tag": "ab)").first);    // x can still come
+  // Greedy decoding with the pattern: the model's preferred prose is masked away.
+  auto date = MustCompile(R"({"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"})");
+  EXPECT_EQ(GreedyText(*date, {"<eos>", "\"", "today", "2026", "-", "12", "1", "\""},
+                       {0, 1, 5, 2, 1, 1, 0.5f, 1}, 20),
+            "\"2026-12\"");
 }
 
 TEST(JsonSchema, ConstraintSteersASamplerToAMatchingValue) {

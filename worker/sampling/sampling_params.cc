@@ -37,11 +37,15 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, int
           absl::StrCat("logit_bias: the bias of ", id, " must be in [-100, 100], got ", bias));
   }
   if (!p.response_format.empty() && p.response_format != "text" &&
-      p.response_format != "json_object" && p.response_format != "json_schema")
-    return bad(absl::StrCat("response_format must be text, json_object or json_schema, got '",
-                            p.response_format, "'"));
+      p.response_format != "json_object" && p.response_format != "json_schema" &&
+      p.response_format != "regex")
+    return bad(
+        absl::StrCat("response_format must be text, json_object, json_schema or regex, got '",
+                     p.response_format, "'"));
   if ((p.response_format == "json_schema") != !p.json_schema.empty())
     return bad("json_schema: needed exactly when response_format is json_schema");
+  if ((p.response_format == "regex") != !p.regex.empty())
+    return bad("regex: needed exactly when response_format is regex");
   if (p.logprobs < -1 || p.logprobs > 20)
     return bad(absl::StrCat("logprobs must be in [-1, 20], got ", p.logprobs));
   if (p.stop.size() > 16) return bad(absl::StrCat("stop: at most 16 strings, got ", p.stop.size()));

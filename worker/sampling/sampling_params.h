@@ -28,8 +28,10 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   std::string response_format;     // "" or "text": free; "json_object": one JSON object;
-                                   // "json_schema": a value matching json_schema
+                                   // "json_schema": a value matching json_schema;
+                                   // "regex": a text matching regex
   std::string json_schema;         // the JSON Schema text (response_format json_schema)
+  std::string regex;               // the whole output matches it (response_format regex)
   int logprobs = -1;               // -1 = none; 0 = the chosen token's; n = also top n (<= 20)
 };
 

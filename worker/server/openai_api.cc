@@ -14,6 +14,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "worker/sampling/json_constraint.h"
 #include "worker/sampling/json_schema.h"
+#include "worker/sampling/regex.h"
 #include "worker/server/api_util.h"
 
 namespace tinyserve::openai {
@@ -360,6 +361,81 @@ absl::Status ParseTools(Fields& f, v1::GenerateRequest* r, ParsedRequest* out) {
   return absl::OkStatus();
 }
 
+// vLLM's structured outputs: "structured_outputs": {"regex" | "choice" | "json" |
+// "json_object"} and the older top-level "guided_regex", "guided_choice", "guided_json". At most
+// one constraint per request, response_format's included.
+absl::Status ParseStructuredOutputs(Fields& f, v1::SamplingOptions* s) {
+  struct Given {
+    std::string field, kind;
+    const json* value;
+  };
+  std::vector<Given> given;
+  if (const json* so = f.Get("structured_outputs")) {
+    if (!so->is_object()) return Bad("structured_outputs", "must be an object");
+    for (const auto& [key, value] : so->items()) {
+      if (value.is_null()) continue;
+      const std::string field = "structured_outputs." + key;
+      if (key == "regex" || key == "choice" || key == "json") {
+        given.push_back({field, key, &value});
+      } else if (key == "json_object") {
+        if (!value.is_boolean()) return Bad(field, "must be true or false");
+        if (value.get<bool>()) given.push_back({field, key, &value});
+      } else if (key == "grammar" || key == "structural_tag") {
+        return Bad(field, "is not supported (regex, choice, json and json_object are)");
+      }
+    }
+  }
+  for (const char* kind : {"regex", "choice", "json"}) {
+    const std::string field = absl::StrCat("guided_", kind);
+    if (const json* v = f.Get(field.c_str())) given.push_back({field, kind, v});
+  }
+  if (f.Get("guided_grammar") != nullptr) {
+    return Bad("guided_grammar",
+               "is not supported (guided_regex, guided_choice and guided_json are)");
+  }
+  if (given.empty()) return absl::OkStatus();
+  if (given.size() > 1 || (!s->response_format().empty() && s->response_format() != "text")) {
+    return Bad(given.back().field,
+               "give one output constraint: response_format, regex, choice or json");
+  }
+  const auto& [field, kind, value] = given[0];
+  std::string pattern;
+  if (kind == "regex") {
+    if (!value->is_string() || value->get<std::string>().empty()) {
+      return Bad(field, "must be a non-empty string");
+    }
+    pattern = value->get<std::string>();
+  } else if (kind == "choice") {
+    if (!value->is_array() || value->empty() || value->size() > 1024) {
+      return Bad(field, "must list 1 to 1024 strings");
+    }
+    std::vector<std::string> texts;
+    for (const json& t : *value) {
+      if (!t.is_string()) return Bad(field, "must list 1 to 1024 strings");
+      texts.push_back(t.get<std::string>());
+    }
+    pattern = Regex::Alternatives(texts);
+  } else if (kind == "json") {  // a schema, as an object or as its JSON text
+    json schema = *value;
+    if (value->is_string()) {
+      schema = json::parse(value->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    }
+    if (!schema.is_object() && !schema.is_boolean()) return Bad(field, "must be a JSON Schema");
+    s->set_response_format("json_schema");
+    s->set_json_schema(schema.dump());
+    return absl::OkStatus();
+  } else {  // json_object
+    s->set_response_format("json_object");
+    return absl::OkStatus();
+  }
+  // Compiled here too, so that a bad pattern is a 400 naming the field.
+  auto re = Regex::Compile(pattern);
+  if (!re.ok()) return Bad(field, std::string(re.status().message()));
+  s->set_response_format("regex");
+  s->set_regex(pattern);
+  return absl::OkStatus();
+}
+
 // Sampling, stopping and selection fields shared by both endpoints.
 absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
                          v1::GenerateRequest* base, ParsedRequest* out) {
@@ -461,6 +537,7 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
       return Bad("response_format", "type must be text, json_object or json_schema");
     }
   }
+  if (absl::Status st = ParseStructuredOutputs(f, s); !st.ok()) return st;
   return f.status();
 }
 

@@ -94,6 +94,44 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
   EXPECT_EQ(c.selection().params().at("gqa"), "max");
 }
 
+TEST(OpenAiParse, StructuredOutputsAsVllmTakesThem) {
+  const Endpoint kC = Endpoint::kCompletions;
+  auto sampling = [&](const std::string& extra) {
+    return MustParse(kC, R"({"prompt": "x", )" + extra + "}").calls[0].sampling();
+  };
+  EXPECT_EQ(sampling(R"("guided_regex": "\\d{3}")").regex(), "\\d{3}");
+  EXPECT_EQ(sampling(R"("guided_regex": "\\d{3}")").response_format(), "regex");
+  EXPECT_EQ(sampling(R"("structured_outputs": {"regex": "a|b"})").regex(), "a|b");
+  EXPECT_EQ(sampling(R"("guided_choice": ["yes", "no [maybe]"])").regex(),
+            "(?:yes)|(?:no \\[maybe\\])");
+  EXPECT_EQ(sampling(R"("structured_outputs": {"choice": ["a.b"]})").regex(), "(?:a\\.b)");
+  const v1::SamplingOptions j = sampling(R"("guided_json": {"type": "object"})");
+  EXPECT_EQ(j.response_format(), "json_schema");
+  EXPECT_EQ(j.json_schema(), R"({"type":"object"})");
+  EXPECT_EQ(sampling(R"("structured_outputs": {"json": "{\"type\": \"integer\"}"})").json_schema(),
+            R"({"type":"integer"})");
+  EXPECT_EQ(sampling(R"("structured_outputs": {"json_object": true})").response_format(),
+            "json_object");
+  EXPECT_EQ(sampling(R"("structured_outputs": {"regex": null, "choice": ["z"]})").regex(), "(?:z)");
+  // Errors name the field.
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "guided_regex": "(a"})"), "guided_regex");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "guided_regex": ""})"), "guided_regex");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "structured_outputs": {"regex": "a{2,1}"}})"),
+            "structured_outputs.regex");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "guided_choice": []})"), "guided_choice");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "guided_choice": ["a", 1]})"), "guided_choice");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "guided_json": "{nope"})"), "guided_json");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= x"}})"),
+            "structured_outputs.grammar");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "guided_grammar": "root ::= x"})"), "guided_grammar");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "structured_outputs": "regex"})"), "structured_outputs");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})"),
+            "guided_choice");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "response_format": {"type": "json_object"},
+                "guided_regex": "a"})"),
+            "guided_regex");
+}
+
 TEST(OpenAiParse, PromptsTimesNBecomeSeparateSeededCalls) {
   ParsedRequest r = MustParse(Endpoint::kCompletions,
                               R"({"prompt": ["a", [5, 6]], "n": 2, "seed": 10, "echo": false})");
@@ -258,7 +296,7 @@ TEST(OpenAiParse, ToolsAndForcedToolChoice) {
             "tools[0].function.name");
   EXPECT_EQ(ParamOf(kChat, "{" + user + R"(, "tool_choice": "required", "tools": [
                 {"type": "function", "function": {"name": "f", "parameters":
-                 {"type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}}}]})"),
+                 {"type": "object", "properties": {"x": {"type": "string", "pattern": "(?=a)b"}}}}}]})"),
             "tools[0].function.parameters.properties.x.pattern");
   EXPECT_EQ(ParamOf(kChat, "{" + user + R"(, "tool_choice": "required", "tools": [
                 {"type": "function", "function": {"name": "f"}},
@@ -272,7 +310,7 @@ TEST(OpenAiParse, ToolsAndForcedToolChoice) {
       {"type": "function", "function": {"name": "a", "parameters": {"type": "object",
        "properties": {"city": {"type": "string"}}}}},
       {"type": "function", "function": {"name": "b", "parameters": {"type": "object",
-       "properties": {"date": {"type": "string", "pattern": "^[0-9]{4}"}}}}}])";
+       "properties": {"date": {"type": "string", "pattern": "\\1"}}}}}])";
   EXPECT_EQ(ParamOf(kChat, "{" + user + ", " + two + R"(, "tool_choice": "none"})"), "<ok>");
   EXPECT_EQ(ParamOf(kChat, "{" + user + ", " + two + R"(, "tool_choice":
                 {"type": "function", "function": {"name": "a"}}})"),
