@@ -24,7 +24,8 @@ Cases (one CTest entry each, -k test_NAME):
                           (and match the schema); an unsupported schema is a 400
   structured_outputs      SmolLM2-135M-Instruct with vLLM's guided_regex, guided_choice and
                           structured_outputs, and a JSON schema's string "pattern" (Pydantic's
-                          Field(pattern=...)): greedy, sampled and streamed outputs match
+                          Field(pattern=...)) and a number's exact bounds (Field(gt=0,
+                          lt=0.5)): greedy, sampled and streamed outputs match
                           (checked with Python's re); a bad pattern is a 400 naming the field
 """
 import json
@@ -535,17 +536,20 @@ class OpenAiHttpTest(cl.ClusterCase):
             name: str = Field(max_length=30)
             zip: str = Field(pattern=r"^\d{5}$")
             email: str = Field(pattern=r"^[a-z]+@[a-z]+\.(com|org)$", max_length=40)
+            rating: float = Field(ge=0, le=5)
+            discount: float = Field(gt=0, lt=0.5)
 
         ask_contact = [{"role": "user", "content": "Make up a contact card for Ada Lovelace "
-                        "as JSON: name, zip code and email."}]
+                        "as JSON: name, zip code, email, a rating out of 5 and a discount."}]
         for seed, temperature in ((0, 0.0), (5, 0.8)):
             out = api.chat.completions.parse(model="m", messages=ask_contact, max_tokens=120,
                                              temperature=temperature, seed=seed,
                                              response_format=Contact)
             self.assertEqual(out.choices[0].finish_reason, "stop", out.choices[0].message)
-            card = out.choices[0].message.parsed  # parse() checks the patterns too
+            card = out.choices[0].message.parsed  # parse() checks the patterns and bounds too
             self.assertIsInstance(card, Contact)
             self.assertRegex(card.zip, r"^\d{5}$")
+            self.assertTrue(0 < card.discount < 0.5, card)
 
         for body, param in (({"guided_regex": "(a"}, "guided_regex"),
                             ({"structured_outputs": {"regex": "a(?=b)"}},

@@ -1,5 +1,6 @@
 #include "worker/sampling/json_schema.h"
 
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -85,6 +86,51 @@ class SchemaCompiler {
     node->bounded = true;
     node->min_value = lo <= kMin ? INT64_MIN : static_cast<int64_t>(lo);
     node->max_value = hi >= kMax ? INT64_MAX : static_cast<int64_t>(hi);
+    return absl::OkStatus();
+  }
+  // A number's bounds, exactly: each bound as the shortest decimal that reads back as the
+  // schema's value (0.1 stays 0.1). Refused when no number of at most kMaxJsonNumber bytes
+  // (without an exponent, which bounded numbers do not take) lies between them.
+  static absl::Status NumberBounds(const ojson& s, const std::string& path, SchemaNode* node) {
+    auto range = std::make_shared<NumberRange>();
+    auto flag = [&](const char* key) {
+      auto it = s.find(key);
+      return it != s.end() && it->is_boolean() && it->get<bool>();
+    };
+    for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      auto it = s.find(key);
+      if (it == s.end() || it->is_boolean()) continue;  // draft 4's exclusive flags: below
+      if (!it->is_number()) return Bad(absl::StrCat(path, ".", key), "must be a number");
+      std::string text;
+      if (it->is_number_unsigned()) {
+        text = std::to_string(it->get<uint64_t>());
+      } else if (it->is_number_integer()) {
+        text = std::to_string(it->get<int64_t>());
+      } else {
+        char buf[64];
+        const double v = it->get<double>();
+        if (!std::isfinite(v)) return Bad(absl::StrCat(path, ".", key), "must be finite");
+        text.assign(buf, std::to_chars(buf, buf + sizeof(buf), v).ptr);
+      }
+      const std::string_view k = key;
+      const bool lower = k == "minimum" || k == "exclusiveMinimum";
+      const bool exclusive = k == "exclusiveMinimum" || k == "exclusiveMaximum" ||
+                             (k == "minimum" && flag("exclusiveMinimum")) ||
+                             (k == "maximum" && flag("exclusiveMaximum"));
+      if (!(lower ? range->SetLower(text, exclusive) : range->SetUpper(text, exclusive))) {
+        return Bad(absl::StrCat(path, ".", key), "must be a number");
+      }
+    }
+    if (!range->bounded()) return absl::OkStatus();
+    bool any = false;
+    for (char c : std::string_view("-0123456789")) {
+      any = any || range->Reachable(std::string_view(&c, 1), kMaxJsonNumber - 1);
+    }
+    if (!any) {
+      return Bad(path, absl::StrCat("has no number of at most ", kMaxJsonNumber,
+                                    " characters between its minimum and maximum"));
+    }
+    node->range = std::move(range);
     return absl::OkStatus();
   }
   // node's min_items and max_items from the schema's min_key and max_key.
@@ -267,8 +313,10 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
       }
     } else if (type == "number" || type == "integer") {
       node.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
-      if (type == "integer") {
-        if (auto st = IntegerBounds(s, path, &node); !st.ok()) return st;
+      if (auto st =
+              type == "integer" ? IntegerBounds(s, path, &node) : NumberBounds(s, path, &node);
+          !st.ok()) {
+        return st;
       }
     } else if (type == "boolean") {
       node.kind = SchemaNode::Kind::kLiterals;
@@ -464,7 +512,8 @@ bool SchemaRecognizer::Complete() const {
     case SchemaNode::Kind::kNumber:
     case SchemaNode::Kind::kInteger:
       return NumberCanEnd(static_cast<NumState>(f.sub)) &&
-             (!n.bounded || IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value));
+             (!n.bounded || IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value)) &&
+             (!n.range || n.range->Contains(Number()));
     case SchemaNode::Kind::kLiterals:
       for (size_t i = 0; i < n.literals.size(); ++i) {
         if ((f.mask >> i & 1) && n.literals[i].size() == f.index) return true;
@@ -530,6 +579,11 @@ bool SchemaRecognizer::StartValue(int node, unsigned char c) {
       if (!NumberStart(c, &s)) return false;
       f.sub = static_cast<uint8_t>(s);
       f.index = 1;
+      if (n.range) {
+        number_[0] = static_cast<char>(c);
+        number_len_ = 1;
+        if (!n.range->Reachable(Number(), kMaxJsonNumber - 1)) return false;
+      }
       if (n.bounded) {
         f.phase = c == '-' ? 1 : 0;
         f.mask = c == '-' ? 0 : AppendDigit(0, c);
@@ -634,6 +688,7 @@ bool SchemaRecognizer::Byte(unsigned char c) {
       NumState s = static_cast<NumState>(f.sub);
       switch (NumberNext(c, n.kind == SchemaNode::Kind::kInteger, &s)) {
         case NumStep::kMore:
+          if (f.index >= kMaxJsonNumber) return false;
           f.sub = static_cast<uint8_t>(s);
           if (n.bounded) {  // an integer: digits only
             f.mask = AppendDigit(f.mask, c);
@@ -641,9 +696,16 @@ bool SchemaRecognizer::Byte(unsigned char c) {
                                   n.min_value, n.max_value))
               return false;
           }
-          return ++f.index <= kMaxJsonNumber;
+          if (n.range) {  // a bounded number: no exponent
+            if (c == 'e' || c == 'E') return false;
+            number_[number_len_++] = static_cast<char>(c);
+            if (!n.range->Reachable(Number(), kMaxJsonNumber - number_len_)) return false;
+          }
+          ++f.index;
+          return true;
         case NumStep::kEnded:
           if (n.bounded && !IntegerIn(f.phase == 1, f.mask, n.min_value, n.max_value)) return false;
+          if (n.range && !n.range->Contains(Number())) return false;
           EndValue();
           return Byte(c);
         default:

@@ -8,7 +8,8 @@
 // code points, an escape sequence counting as one and an escaped surrogate pair as one), number,
 // integer
 // ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum": a digit is refused once no integer
-// it could start lies within them), boolean, null; "enum" and "const" of scalars; a schema without
+// it could start lies within them; a number's bounds likewise, as exact decimals, with no
+// exponent written: number_range.h), boolean, null; "enum" and "const" of scalars; a schema without
 // "type" accepts any JSON value. Also what Pydantic and zod emit for nested and optional fields:
 //   - "$ref" to a local JSON pointer ("#/$defs/Address", "#/definitions/X", "#"), recursion
 //     included (each target is compiled once);
@@ -39,6 +40,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/sampling/json_constraint.h"
+#include "worker/sampling/number_range.h"
 #include "worker/sampling/regex.h"
 
 namespace tinyserve {
@@ -63,6 +65,7 @@ struct SchemaNode {
   int max_items = INT_MAX;
   bool bounded = false;  // kInteger: minimum/maximum, inclusive (INT64_MIN, INT64_MAX: none)
   int64_t min_value = 0, max_value = 0;
+  std::shared_ptr<const NumberRange> range;  // kNumber: its bounds, exactly; null: none
   std::vector<std::string> literals;  // kLiterals: the JSON texts allowed (enum, const, bool, null)
   int pattern = -1;  // kString: its "pattern" (JsonSchema::pattern), lengths folded in; -1: none
   // kAnyOf of objects told apart by their first property, a string const under the same key
@@ -119,6 +122,9 @@ class SchemaRecognizer {
   uint8_t whitespace_ = 0;
   JsonRecognizer any_{/*object_only=*/false};  // the innermost schema-less value
   JsonStringMatcher pattern_;                  // the innermost string with a pattern
+  std::array<char, kMaxJsonNumber> number_{};  // the innermost bounded number's text
+  uint8_t number_len_ = 0;
+  std::string_view Number() const { return {number_.data(), number_len_}; }
 };
 
 }  // namespace tinyserve

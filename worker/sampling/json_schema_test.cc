@@ -428,6 +428,48 @@ TEST(JsonSchema, PatternsHoldTheDecodedString) {
             "\"2026-12\"");
 }
 
+TEST(JsonSchema, NumberBoundsAreExactDecimals) {
+  // Pydantic's confidence: float = Field(ge=0, le=1), and a price with exclusive 0.1.
+  auto s = MustCompile(R"({"type": "object", "properties": {
+      "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+      "price": {"type": "number", "exclusiveMinimum": 0.1, "maximum": 99.99},
+      "t": {"type": ["number", "null"], "minimum": -273.15}}})");
+  ASSERT_NE(s, nullptr);
+  auto check = [&](const std::string& c, const std::string& p, const std::string& t) {
+    return Check(*s, R"({"confidence": )" + c + R"(, "price": )" + p + R"(, "t": )" + t + "}");
+  };
+  EXPECT_EQ(check("0.75", "0.11", "null"), std::make_pair(true, true));
+  EXPECT_EQ(check("1", "99.99", "-273.15"), std::make_pair(true, true));
+  EXPECT_EQ(check("0", "0.1000001", "-273.1"), std::make_pair(true, true));
+  EXPECT_EQ(check("-0", "5", "1e3"), std::make_pair(false, false));  // no exponent when bounded
+  EXPECT_FALSE(Check(*s, R"({"confidence": 1.5)").first);            // refused at the 5
+  EXPECT_FALSE(Check(*s, R"({"confidence": 2)").first);              // at the 2
+  EXPECT_TRUE(Check(*s, R"({"confidence": 1.)").first);              // 1.0 can follow
+  EXPECT_FALSE(Check(*s, R"({"confidence": 1.0001)").first);
+  EXPECT_TRUE(Check(*s, R"({"confidence": -0.)").first);  // -0.0 fits, -0.1 does not
+  EXPECT_FALSE(Check(*s, R"({"confidence": -0.1)").first);
+  EXPECT_FALSE(Check(*s, R"({"confidence": 0.5, "price": 0.1,)").first);  // exclusive 0.1
+  EXPECT_TRUE(Check(*s, R"({"confidence": 0.5, "price": 0.1)").first);    // 0.10...1 may follow
+  EXPECT_FALSE(Check(*s, R"({"confidence": 0.5, "price": 100)").first);
+  EXPECT_FALSE(Check(*s, R"({"confidence": 0.5, "price": 5, "t": -274)").first);
+  // Bounds that leave no number of at most 32 characters are refused, naming the path.
+  auto none = JsonSchema::Compile(R"({"type": "number", "minimum": 2, "maximum": 1.5})");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("json_schema: has no number"), std::string::npos)
+      << none.status();
+  EXPECT_FALSE(JsonSchema::Compile(R"({"type": "number", "minimum": 1e40})").ok());
+  EXPECT_FALSE(JsonSchema::Compile(R"({"type": "number", "exclusiveMinimum": 0,
+                                       "maximum": 1e-35})")
+                   .ok());
+  EXPECT_TRUE(JsonSchema::Compile(R"({"type": "number", "minimum": 1e25})").ok());
+  auto bad = JsonSchema::Compile(R"({"type": "number", "maximum": "ten"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("json_schema.maximum"), std::string::npos);
+  // Greedy decoding: the favourite "7" cannot start a number below 1, so "0." comes first.
+  auto unit = MustCompile(R"({"type": "number", "minimum": 0, "exclusiveMaximum": 1})");
+  EXPECT_EQ(GreedyText(*unit, {"<eos>", "7", "0", ".", "5"}, {0, 5, 1, 0.5f, 0.2f}, 6), "0.7777");
+}
+
 TEST(JsonSchema, ConstraintSteersASamplerToAMatchingValue) {
   auto schema = MustCompile(
       R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}}})");
