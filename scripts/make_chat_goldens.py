@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 
-from transformers.utils.chat_template_utils import _compile_jinja_template
+from transformers.utils.chat_template_utils import _compile_jinja_template, render_jinja_template
 
 TEMPLATES = [
     # HuggingFaceTB/SmolLM2-135M-Instruct (the default model; also in its GGUF).
@@ -313,6 +313,20 @@ CONVERSATIONS = [
     ]),
 ]
 
+# Conversations whose final assistant message the model continues (continue_final_message, as
+# transformers' render_jinja_template renders it: a marker after the content, cut there).
+CONTINUED = [
+    ("continue_answer", [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "The capital of France is"},
+    ]),
+    ("continue_trailing_space", [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "List three colours."},
+        {"role": "assistant", "content": "1. Red\n2. "},
+    ]),
+]
+
 TOOLS = [
     {"type": "function", "function": {
         "name": "get_weather", "description": "The weather in a city",
@@ -348,6 +362,19 @@ def main():
                     except Exception as e:  # raise_exception: the template's own message
                         case["error"] = str(e)
                     cases.append(case)
+        for conv_name, messages in CONTINUED:
+            variables = {"messages": messages, "add_generation_prompt": False,
+                         "bos_token": bos, "eos_token": eos}
+            case = {"template": name, "conversation": conv_name, "variables": variables,
+                    "continue_final_message": True}
+            try:
+                rendered, _ = render_jinja_template(
+                    conversations=[messages], chat_template=template, continue_final_message=True,
+                    add_generation_prompt=False, bos_token=bos, eos_token=eos)
+                case["rendered"] = rendered[0]
+            except Exception as e:
+                case["error"] = str(e)
+            cases.append(case)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump({"source": "scripts/make_chat_goldens.py (transformers "

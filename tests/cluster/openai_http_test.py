@@ -22,6 +22,10 @@ Cases (one CTest entry each, -k test_NAME):
   json_mode               SmolLM2-135M-Instruct (the default model) with response_format
                           json_object and json_schema: greedy and sampled outputs parse as JSON
                           (and match the schema); an unsupported schema is a 400
+  continue_final_message  SmolLM2-135M-Instruct: vLLM's continue_final_message continues a begun
+                          assistant answer (the prompt ends inside that turn, as transformers
+                          renders it); add_generation_prompt false; both true is a 400; text
+                          prompts are tokenized with special tokens recognised
   structured_outputs      SmolLM2-135M-Instruct with vLLM's guided_regex, guided_choice and
                           structured_outputs, and a JSON schema's string "pattern" (Pydantic's
                           Field(pattern=...)) and a number's exact bounds (Field(gt=0,
@@ -494,6 +498,43 @@ class OpenAiHttpTest(cl.ClusterCase):
             person = out.choices[0].message.parsed
             self.assertIsInstance(person, Person)
             self.assertIsInstance(person.home, Address)
+
+    def test_continue_final_message(self):
+        import openai
+        w = self.cluster.worker("--model", cl.smollm2_model(self))
+        r = self.cluster.router([w])
+        api = client(r.http_port)
+        # Text prompts are tokenized with special tokens recognised, as vLLM and llama.cpp do.
+        status, one = post(r.http_port, "/tokenize", {"prompt": "<|im_start|>",
+                                                       "add_special_tokens": False})
+        self.assertEqual((status, one["count"]), (200, 1), one)
+        begun = [{"role": "user", "content": "What is the capital of France?"},
+                 {"role": "assistant", "content": "The capital of France is"}]
+        out = api.chat.completions.create(model="m", messages=begun, max_tokens=12, temperature=0,
+                                          extra_body={"continue_final_message": True})
+        text = out.choices[0].message.content
+        self.assertIn("Paris", text)
+        self.assertFalse(text.lstrip().startswith("The capital"), text)  # continued, not redone
+        # The prompt is the template's rendering cut at the end of the begun answer: its tokens
+        # are those of the rendering without a generation prompt, less the end of the turn.
+        status, tok = post(r.http_port, "/tokenize", {"prompt": (
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+            "<|im_start|>assistant\nThe capital of France is")})
+        self.assertEqual(status, 200)
+        self.assertEqual(out.usage.prompt_tokens, tok["count"])
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            api.chat.completions.create(model="m", messages=begun, max_tokens=4, extra_body={
+                "continue_final_message": True, "add_generation_prompt": True})
+        self.assertEqual(ctx.exception.body.get("param"), "continue_final_message")
+        # Without the generation prompt the prompt ends with the user's turn.
+        out = api.chat.completions.create(model="m", messages=begun[:1], max_tokens=4,
+                                          temperature=0,
+                                          extra_body={"add_generation_prompt": False})
+        status, tok = post(r.http_port, "/tokenize", {"prompt": (
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n")})
+        self.assertEqual(out.usage.prompt_tokens, tok["count"])
 
     def test_structured_outputs(self):
         import re

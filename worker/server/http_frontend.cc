@@ -496,6 +496,7 @@ int HttpFrontend::Tokenize(mg_connection* conn, const std::string& body) {
   }
   v1::TokenizeRequest req;
   req.set_text(prompt->get<std::string>());
+  req.set_parse_special_tokens(true);  // as the completions route tokenizes
   if (auto add = j->find("add_special_tokens"); add != j->end() && add->is_boolean()) {
     req.set_add_special_tokens(add->get<bool>());
   }

@@ -649,6 +649,7 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
       v1::GenerateRequest r = base;
       if (p.is_text) {
         r.set_text(p.text);
+        r.set_parse_special_tokens(true);  // "<|im_start|>" is one token (vLLM, llama.cpp)
       } else {
         r.mutable_token_ids()->mutable_ids()->Assign(p.ids.begin(), p.ids.end());
       }
@@ -659,9 +660,16 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
     v1::GenerateRequest r = base;
     TS_RETURN_IF_ERROR(ParseMessages(f, r.mutable_chat()));
     TS_RETURN_IF_ERROR(ParseTools(f, &r, &out));
-    f.RejectUnless("continue_final_message", !f.Bool("continue_final_message").value_or(false),
-                   "is not supported");
+    // vLLM's: continue the final (assistant) message instead of starting a new turn.
+    const bool continue_final = f.Bool("continue_final_message").value_or(false);
+    const std::optional<bool> generation_prompt = f.Bool("add_generation_prompt");
     TS_RETURN_IF_ERROR(f.status());
+    if (continue_final && generation_prompt.value_or(false)) {
+      return Bad("continue_final_message", "cannot be combined with add_generation_prompt");
+    }
+    if (generation_prompt.has_value())
+      r.mutable_chat()->set_add_generation_prompt(*generation_prompt);
+    r.mutable_chat()->set_continue_final_message(continue_final);
     prompts.push_back(std::move(r));
     echo.emplace_back();
   }

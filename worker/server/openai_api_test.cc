@@ -132,6 +132,31 @@ TEST(OpenAiParse, StructuredOutputsAsVllmTakesThem) {
             "guided_regex");
 }
 
+TEST(OpenAiParse, TextPromptsRecogniseSpecialTokens) {
+  ParsedRequest r = MustParse(Endpoint::kCompletions, R"({"prompt": ["<|im_start|>x", [1, 2]]})");
+  EXPECT_TRUE(r.calls[0].parse_special_tokens());
+  EXPECT_EQ(r.calls[1].token_ids().ids_size(), 2);
+}
+
+TEST(OpenAiParse, ContinueFinalMessage) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "Capital of France?"},
+      {"role": "assistant", "content": "The capital is"}])";
+  ParsedRequest r = MustParse(Endpoint::kChat, "{" + msgs + R"(, "continue_final_message": true})");
+  EXPECT_TRUE(r.calls[0].chat().continue_final_message());
+  EXPECT_FALSE(r.calls[0].chat().has_add_generation_prompt());  // the worker's default: false
+  ParsedRequest plain = MustParse(Endpoint::kChat, "{" + msgs + "}");
+  EXPECT_FALSE(plain.calls[0].chat().continue_final_message());
+  ParsedRequest no_header =
+      MustParse(Endpoint::kChat, "{" + msgs + R"(, "add_generation_prompt": false})");
+  EXPECT_FALSE(no_header.calls[0].chat().add_generation_prompt());
+  EXPECT_TRUE(no_header.calls[0].chat().has_add_generation_prompt());
+  EXPECT_EQ(ParamOf(Endpoint::kChat, "{" + msgs + R"(, "continue_final_message": true,
+                    "add_generation_prompt": true})"),
+            "continue_final_message");
+  EXPECT_EQ(ParamOf(Endpoint::kChat, "{" + msgs + R"(, "continue_final_message": 1})"),
+            "continue_final_message");
+}
+
 TEST(OpenAiParse, PromptsTimesNBecomeSeparateSeededCalls) {
   ParsedRequest r = MustParse(Endpoint::kCompletions,
                               R"({"prompt": ["a", [5, 6]], "n": 2, "seed": 10, "echo": false})");

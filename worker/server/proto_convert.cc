@@ -82,8 +82,12 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
         chat.push_back({messages[i].role(), messages[i].content(), messages[i].tool_calls_json(),
                         messages[i].tool_call_id()});
       }
-      absl::StatusOr<std::string> rendered =
-          RenderChat(tokenizer.data(), chat, true, request.chat().tools_json());
+      const bool continue_final = request.chat().continue_final_message();
+      absl::StatusOr<std::string> rendered = RenderChat(
+          tokenizer.data(), chat,
+          request.chat().has_add_generation_prompt() ? request.chat().add_generation_prompt()
+                                                     : !continue_final,
+          request.chat().tools_json(), continue_final);
       if (!rendered.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("chat.messages: ", rendered.status().message()));

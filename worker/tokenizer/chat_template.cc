@@ -6,6 +6,7 @@
 //   <|im_start|>{role}\n{content}<|im_end|>\n   per message
 //   <|im_start|>assistant\n                    when add_generation_prompt
 #include <atomic>
+#include <cctype>
 
 #include "absl/strings/str_cat.h"
 #include "common/json_nesting.h"
@@ -37,9 +38,57 @@ absl::Status CheckChatTemplate(const TokenizerData& data) {
   return jinja::Template::Parse(data.chat_template).status();
 }
 
+namespace {
+absl::StatusOr<std::string> Render(const TokenizerData& data,
+                                   const std::vector<ChatMessage>& messages,
+                                   bool add_generation_prompt, std::string_view tools_json);
+
+std::string_view Strip(std::string_view s) {  // Python's str.strip()
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+}  // namespace
+
 absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
                                        const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt, std::string_view tools_json) {
+                                       bool add_generation_prompt, std::string_view tools_json,
+                                       bool continue_final_message) {
+  if (!continue_final_message) return Render(data, messages, add_generation_prompt, tools_json);
+  // transformers' way: mark the end of the final message's content, render, cut at the mark.
+  constexpr std::string_view kTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+  if (messages.empty()) return absl::InvalidArgumentError("continue_final_message: no messages");
+  if (add_generation_prompt) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: cannot be combined with add_generation_prompt");
+  }
+  if (!data.chat_template.empty() && data.chat_template.find("content") == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the chat template does not read a message's content");
+  }
+  std::vector<ChatMessage> marked = messages;
+  marked.back().content += kTag;
+  absl::StatusOr<std::string> out = Render(data, marked, false, tools_json);
+  if (!out.ok()) return out;
+  const std::string_view final_message = Strip(messages.back().content);
+  const std::string_view tag = Strip(kTag);
+  const size_t at = out->rfind(tag);
+  if (at == std::string::npos || out->find(final_message) == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the chat template drops part of the final message");
+  }
+  const bool spaced = out->compare(at, kTag.size(), kTag) == 0;  // the template kept the space
+  out->resize(at);
+  if (!spaced) {
+    while (!out->empty() && std::isspace(static_cast<unsigned char>(out->back()))) out->pop_back();
+  }
+  return out;
+}
+
+namespace {
+absl::StatusOr<std::string> Render(const TokenizerData& data,
+                                   const std::vector<ChatMessage>& messages,
+                                   bool add_generation_prompt, std::string_view tools_json) {
   if (data.chat_template.empty()) return PlainChatMl(messages, add_generation_prompt);
   absl::StatusOr<jinja::Template> t = jinja::Template::Parse(data.chat_template);
   if (!t.ok()) {
@@ -100,5 +149,6 @@ absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
   }
   return out;
 }
+}  // namespace
 
 }  // namespace tinyserve

@@ -89,11 +89,14 @@ struct ChatMessage {
 // eos_token); plain ChatML when the model has no template or one outside the subset (logged
 // once). INVALID_ARGUMENT when the template refuses the messages (its raise_exception, e.g.
 // roles that do not alternate). add_generation_prompt: the template's assistant header.
-// tools_json: the template's `tools` (a JSON array), or empty for none.
+// tools_json: the template's `tools` (a JSON array), or empty for none. continue_final_message:
+// the text ends where the final message's content does, so generation continues it (as
+// transformers renders it: a marker appended to that content, the rendering cut at the marker);
+// INVALID_ARGUMENT when the template drops the content.
 absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
                                        const std::vector<ChatMessage>& messages,
-                                       bool add_generation_prompt,
-                                       std::string_view tools_json = "");
+                                       bool add_generation_prompt, std::string_view tools_json = "",
+                                       bool continue_final_message = false);
 // OK when the model's chat template is empty or within the Jinja subset; else why not.
 absl::Status CheckChatTemplate(const TokenizerData& data);
 
