@@ -192,6 +192,7 @@ void ProxyCall::OnUpstreamDone(UpstreamAttempt* attempt, const grpc::Status& sta
     migrate = !gone && forwarded_ && !error_forwarded_ && worker_lost && more;
     if (migrate) {
       request_.mutable_continuation_ids()->Assign(streamed_ids_.begin(), streamed_ids_.end());
+      request_.mutable_sampling()->clear_prompt_logprobs();  // delivered with the first chunk
       held_abort_.reset();
     } else {
       abort = std::move(held_abort_);

@@ -61,6 +61,13 @@ struct Sequence {
   std::unique_ptr<Sampler> sampler;
   std::shared_ptr<const JsonSchema> json_schema;  // json_schema output: its compiled schema
   std::shared_ptr<const Regex> regex;             // regex output: its automaton
+  // prompt_logprobs: one per prompt token, filled as the prefill's rows come, sent with the
+  // first token (then dropped).
+  std::vector<GeneratedToken> prompt_lp;
+  bool prompt_lp_sent = false;
+  bool WantsPromptLogprobs() const {
+    return req.sampling.prompt_logprobs >= 0 && !prompt_lp_sent && computed < prompt_len;
+  }
   std::unique_ptr<Policy> policy;
   // This step's speculative rows: the last sampled token, then the drafted ones (empty: none).
   std::vector<int32_t> verify;
@@ -160,6 +167,9 @@ class Engine::Impl {
   void RegisterFullPages(Sequence& s);
   // Appends a sampled token and streams it; returns why the sequence ends, if it does.
   std::optional<FinishReason> Emit(Sequence& s, const SampleResult& r);
+  // A prefill chunk's n logits rows (all_logits): the prompt tokens they predict, into
+  // s.prompt_lp (each position once, so a recomputed prefill adds nothing).
+  void PromptLogprobs(Sequence& s, const float* rows, int n);
   // The text of one output token: end-of-generation and stop ids, stop strings, UTF-8
   // completion and the held-back tail. Returns why the request ends, if it does.
   std::optional<FinishReason> TakeText(Sequence& s, int32_t id, std::string* text);
@@ -248,7 +258,9 @@ bool Engine::Impl::Admit(Sequence& s) {
   // Prefix cache: reuse full pages of the prompt, but always leave one token to compute so
   // the request gets logits.
   const int ps = opts.page_size;
-  const int64_t reusable = opts.prefix_caching ? (s.prompt_len - 1) / ps : 0;
+  // (Not for prompt logprobs, which need every prompt row's logits.)
+  const int64_t reusable =
+      opts.prefix_caching && s.req.sampling.prompt_logprobs < 0 ? (s.prompt_len - 1) / ps : 0;
   std::vector<int32_t> hit_pages;
   std::vector<uint64_t> hit_hashes;
   uint64_t h = s.req.cache_salt;
@@ -340,6 +352,29 @@ std::optional<FinishReason> Engine::Impl::TakeText(Sequence& s, int32_t id, std:
   return reason;
 }
 
+void Engine::Impl::PromptLogprobs(Sequence& s, const float* rows, int n) {
+  const int vocab = model().vocab_size;
+  const int top_n = s.req.sampling.prompt_logprobs;
+  if (s.prompt_lp.empty()) {
+    GeneratedToken first;  // no context: no logprob
+    first.id = s.tokens[0];
+    s.prompt_lp.push_back(first);
+  }
+  // Row j holds the distribution after position computed + j: the next prompt token's.
+  for (int j = 0; j < n; ++j) {
+    const int64_t next = s.computed + j + 1;
+    if (next >= s.prompt_len || next != static_cast<int64_t>(s.prompt_lp.size())) continue;
+    SampleResult r;
+    r.id = s.tokens[next];
+    GeneratedToken t;
+    LogprobsOf(rows + static_cast<size_t>(j) * vocab, vocab, top_n, &r, &t.rank);
+    t.id = r.id;
+    t.logprob = r.logprob;
+    for (auto& [id, lp] : r.top) t.top.push_back({id, lp});
+    s.prompt_lp.push_back(std::move(t));
+  }
+}
+
 std::optional<FinishReason> Engine::Impl::Emit(Sequence& s, const SampleResult& r) {
   const double now = NowSeconds();
   GeneratedToken t;
@@ -371,6 +406,11 @@ std::optional<FinishReason> Engine::Impl::Emit(Sequence& s, const SampleResult& 
   {
     std::lock_guard<std::mutex> lock(mu);
     if (!s.internal) stats.generated_tokens_total++;
+  }
+  if (s.req.sampling.prompt_logprobs >= 0 && !s.prompt_lp_sent) {
+    s.sink->OnPromptLogprobs(s.prompt_lp);
+    s.prompt_lp_sent = true;
+    std::vector<GeneratedToken>().swap(s.prompt_lp);
   }
   s.sink->OnTokens({t}, s.usage);
   return reason;
@@ -690,7 +730,8 @@ bool Engine::Impl::Step() {
     in.n = chunk[i];
     in.start_pos = s.computed;
     in.pages = &s.pages;
-    in.all_logits = in.decode_rows = !s.verify.empty();
+    in.decode_rows = !s.verify.empty();
+    in.all_logits = in.decode_rows || s.WantsPromptLogprobs();
     const bool decode = chunk[i] == 1 && s.computed >= s.prompt_len;
     // A verification past the budget selects row by row (Draft checked SelectsPerRow); within
     // it the rows attend densely, their K/V read once.
@@ -769,6 +810,10 @@ bool Engine::Impl::Step() {
     Sequence& s = *batch_seqs[b];
     float* out = &logits[row * vocab];
     row += batch[b].all_logits ? batch[b].n : 1;
+    if (s.verify.empty() && batch[b].all_logits) {  // a prefill chunk with prompt logprobs
+      PromptLogprobs(s, out, batch[b].n);
+      out += static_cast<size_t>(batch[b].n - 1) * vocab;  // the last row samples
+    }
     if (!s.verify.empty()) {
       std::optional<FinishReason> reason = Verify(s, out, batch[b].n, batch[b].selector != nullptr);
       RegisterFullPages(s);

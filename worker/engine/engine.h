@@ -79,6 +79,7 @@ struct GeneratedToken {
   std::string text;  // the UTF-8 text this token completes (may be empty mid-character)
   float logprob = 0;               // set when logprobs >= 0
   std::vector<TokenLogprob> top;   // top-n alternatives when logprobs > 0
+  int rank = 0;                    // prompt logprobs: 1 + the tokens more likely (0: none)
 };
 
 // Selection instrumentation of one request (worker/select/selection_stats.h has the details).
@@ -118,6 +119,9 @@ class RequestSink {
   virtual void OnTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage& usage) = 0;
   // Exactly once, last. status is OK unless reason is kError (then the error).
   virtual void OnFinish(FinishReason reason, const RequestUsage& usage, absl::Status status) = 0;
+  // With sampling.prompt_logprobs >= 0, once, before the first OnTokens: one entry per prompt
+  // token (the first, without context, has logprob 0, no alternatives and rank 0).
+  virtual void OnPromptLogprobs(const std::vector<GeneratedToken>& /*tokens*/) {}
 };
 
 struct GenerateRequest {

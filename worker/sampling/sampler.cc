@@ -79,15 +79,6 @@ SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t
 
 SampleResult Sampler::Draw(const float* logits, int vocab) {
   SampleResult r;
-  // Log-probabilities of the (penalised) model distribution, for reporting.
-  float lse = 0;
-  if (p_.logprobs >= 0) {
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
-    double s = 0;
-    for (int i = 0; i < vocab; ++i) s += std::exp(static_cast<double>(logits[i] - mx));
-    lse = mx + static_cast<float>(std::log(s));
-  }
   if (p_.temperature == 0.0f) {
     r.id = Argmax(logits, vocab);
   } else {
@@ -138,19 +129,32 @@ SampleResult Sampler::Draw(const float* logits, int vocab) {
       }
     }
   }
-  if (p_.logprobs >= 0) {
-    r.logprob = logits[r.id] - lse;
-    if (p_.logprobs > 0) {
-      std::vector<std::pair<float, int32_t>> top;
-      top.reserve(vocab);
-      for (int i = 0; i < vocab; ++i) top.push_back({logits[i], i});
-      const size_t n = std::min<size_t>(p_.logprobs, top.size());
-      std::partial_sort(top.begin(), top.begin() + n, top.end(),
-                        [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-      for (size_t i = 0; i < n; ++i) r.top.push_back({top[i].second, top[i].first - lse});
-    }
-  }
+  // Log-probabilities of the (penalised) model distribution, for reporting.
+  if (p_.logprobs >= 0) LogprobsOf(logits, vocab, p_.logprobs, &r);
   return r;
+}
+
+void LogprobsOf(const float* logits, int vocab, int top_n, SampleResult* r, int* rank) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
+  double s = 0;
+  for (int i = 0; i < vocab; ++i) s += std::exp(static_cast<double>(logits[i] - mx));
+  const float lse = mx + static_cast<float>(std::log(s));
+  r->logprob = logits[r->id] - lse;
+  if (rank != nullptr) {
+    *rank = 1;
+    for (int i = 0; i < vocab; ++i) *rank += logits[i] > logits[r->id];
+  }
+  r->top.clear();
+  if (top_n <= 0) return;
+  std::vector<std::pair<float, int32_t>> top;
+  top.reserve(vocab);
+  for (int i = 0; i < vocab; ++i) top.push_back({logits[i], i});
+  const size_t n = std::min<size_t>(top_n, top.size());
+  std::partial_sort(top.begin(), top.begin() + n, top.end(), [](auto& a, auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  for (size_t i = 0; i < n; ++i) r->top.push_back({top[i].second, top[i].first - lse});
 }
 
 }  // namespace tinyserve

@@ -24,6 +24,10 @@ struct SampleResult {
   std::vector<std::pair<int32_t, float>> top;  // (id, logprob), best first, when logprobs > 0
 };
 
+// r->id's log-probability under logits (log-softmax) and the top_n most likely tokens, best
+// first, into r; with rank, also 1 + the number of tokens more likely than r->id.
+void LogprobsOf(const float* logits, int vocab, int top_n, SampleResult* r, int* rank = nullptr);
+
 class Sampler {
  public:
   // end_ids: the end-of-generation ids, which min_tokens holds back with stop_token_ids.

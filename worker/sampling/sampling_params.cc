@@ -48,6 +48,8 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, int
     return bad("regex: needed exactly when response_format is regex");
   if (p.logprobs < -1 || p.logprobs > 20)
     return bad(absl::StrCat("logprobs must be in [-1, 20], got ", p.logprobs));
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > 20)
+    return bad(absl::StrCat("prompt_logprobs must be in [-1, 20], got ", p.prompt_logprobs));
   if (p.stop.size() > 16) return bad(absl::StrCat("stop: at most 16 strings, got ", p.stop.size()));
   for (const auto& s : p.stop) {
     if (s.empty()) return bad("stop: empty stop string");

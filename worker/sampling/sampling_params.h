@@ -33,6 +33,7 @@ struct SamplingParams {
   std::string json_schema;         // the JSON Schema text (response_format json_schema)
   std::string regex;               // the whole output matches it (response_format regex)
   int logprobs = -1;               // -1 = none; 0 = the chosen token's; n = also top n (<= 20)
+  int prompt_logprobs = -1;        // the same for each prompt token (vLLM's prompt_logprobs)
 };
 
 // InvalidArgument naming the field ("temperature must be in [0, 100], got -1").

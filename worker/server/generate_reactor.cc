@@ -24,6 +24,9 @@ class ReactorSink final : public RequestSink {
   void OnTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage& usage) override {
     reactor_->OnEngineTokens(tokens, usage);
   }
+  void OnPromptLogprobs(const std::vector<GeneratedToken>& tokens) override {
+    reactor_->OnEnginePromptLogprobs(tokens);
+  }
   void OnFinish(FinishReason reason, const RequestUsage& usage, absl::Status status) override {
     GenerateReactor* r = reactor_;
     reactor_ = nullptr;
@@ -137,22 +140,26 @@ void GenerateReactor::OnEngineTokens(const std::vector<GeneratedToken>& tokens,
   v1::GenerateResponse response;
   response.set_request_id(request_id_);
   v1::Chunk* chunk = response.mutable_chunk();
+  const Tokenizer& tok = state_->engine->tokenizer();
+  auto fill = [&tok](const GeneratedToken& t, v1::TokenLogprobs* lp) {
+    lp->set_token_id(t.id);
+    lp->set_logprob(t.logprob);
+    lp->set_rank(t.rank);
+    lp->set_text(SanitizeUtf8(tok.TokenBytes(t.id)));
+    for (const TokenLogprob& alt : t.top) {
+      v1::TopLogprob* top = lp->add_top();
+      top->set_token_id(alt.id);
+      top->set_logprob(alt.logprob);
+      top->set_text(SanitizeUtf8(tok.TokenBytes(alt.id)));
+    }
+  };
+  for (const GeneratedToken& t : prompt_lp_) fill(t, chunk->add_prompt_logprobs());
+  std::vector<GeneratedToken>().swap(prompt_lp_);
   std::string text;
   for (const GeneratedToken& t : tokens) {
     chunk->add_token_ids(t.id);
     text += t.text;
-    if (want_logprobs_) {
-      v1::TokenLogprobs* lp = chunk->add_logprobs();
-      lp->set_token_id(t.id);
-      lp->set_logprob(t.logprob);
-      lp->set_text(SanitizeUtf8(state_->engine->tokenizer().TokenBytes(t.id)));
-      for (const TokenLogprob& alt : t.top) {
-        v1::TopLogprob* top = lp->add_top();
-        top->set_token_id(alt.id);
-        top->set_logprob(alt.logprob);
-        top->set_text(SanitizeUtf8(state_->engine->tokenizer().TokenBytes(alt.id)));
-      }
-    }
+    if (want_logprobs_) fill(t, chunk->add_logprobs());
   }
   chunk->set_text(IsWellFormedUtf8(text) ? text : SanitizeUtf8(text));
   chunk->set_prompt_tokens(usage.prompt_tokens);

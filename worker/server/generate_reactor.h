@@ -26,6 +26,8 @@ class GenerateReactor final : public QueuedStreamReactor {
 
   // From the engine thread (through the sink).
   void OnEngineTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage& usage);
+  // Kept for the first chunk (the engine calls it just before the first OnEngineTokens).
+  void OnEnginePromptLogprobs(const std::vector<GeneratedToken>& tokens) { prompt_lp_ = tokens; }
   void OnEngineFinish(FinishReason reason, const RequestUsage& usage, const absl::Status& status);
 
  private:
@@ -36,6 +38,7 @@ class GenerateReactor final : public QueuedStreamReactor {
   std::string request_id_;
   std::atomic<bool> submitted_{false};
   bool want_logprobs_ = false;
+  std::vector<GeneratedToken> prompt_lp_;
   std::unique_ptr<Span> span_;  // "tinyserve.worker.generate", under the caller's traceparent
 };
 

@@ -485,6 +485,10 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
     }
   }
   if (auto v = f.Bool("ignore_eos")) s->set_ignore_eos(*v);
+  if (auto v = f.Integer("prompt_logprobs", 0, 20)) {  // vLLM's
+    s->set_prompt_logprobs(static_cast<int32_t>(*v));
+    out->prompt_logprobs = true;
+  }
   if (endpoint == Endpoint::kCompletions) {
     if (auto v = f.Integer("logprobs", 0, 20)) {
       s->set_logprobs(static_cast<int32_t>(*v));
@@ -643,7 +647,14 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
     const std::optional<std::string> suffix = f.String("suffix");
     f.RejectUnless("suffix", suffix.value_or("").empty(), "is not supported");
     TS_RETURN_IF_ERROR(f.status());
-    if (want_echo && out.logprobs) return Bad("echo", "is not supported with logprobs");
+    // echo with logprobs (how lm-evaluation-harness scores a text): the prompt's tokens and
+    // logprobs lead the output's.
+    if (want_echo && out.logprobs) {
+      out.echo_logprobs = true;
+      if (!base.sampling().has_prompt_logprobs()) {
+        base.mutable_sampling()->set_prompt_logprobs(base.sampling().logprobs());
+      }
+    }
     for (const Prompt& p : parsed) {
       if (want_echo && !p.is_text) return Bad("echo", "needs a text prompt");
       v1::GenerateRequest r = base;
@@ -820,6 +831,18 @@ void ResponseBuilder::AddLogprobs(Choice& choice, const v1::Chunk& chunk, json* 
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
        offsets = json::array();
+  if (request_.echo_logprobs) {  // the echoed prompt's tokens lead (the first has no logprob)
+    for (int i = 0; i < chunk.prompt_logprobs_size(); ++i) {
+      const v1::TokenLogprobs& lp = chunk.prompt_logprobs(i);
+      tokens.push_back(lp.text());
+      json top = json::object();
+      for (const v1::TopLogprob& t : lp.top()) top[t.text()] = t.logprob();
+      token_logprobs.push_back(i == 0 ? json(nullptr) : json(lp.logprob()));
+      top_logprobs.push_back(i == 0 ? json(nullptr) : std::move(top));
+      offsets.push_back(choice.text_offset);
+      choice.text_offset += static_cast<int>(lp.text().size());
+    }
+  }
   for (const v1::TokenLogprobs& lp : chunk.logprobs()) {
     tokens.push_back(lp.text());
     token_logprobs.push_back(lp.logprob());
@@ -833,6 +856,24 @@ void ResponseBuilder::AddLogprobs(Choice& choice, const v1::Chunk& chunk, json* 
           {"token_logprobs", std::move(token_logprobs)},
           {"top_logprobs", std::move(top_logprobs)},
           {"text_offset", std::move(offsets)}};
+}
+
+void ResponseBuilder::AddPromptLogprobs(Choice& choice, const v1::Chunk& chunk) {
+  if (!request_.prompt_logprobs || chunk.prompt_logprobs_size() == 0) return;
+  json out = json::array({nullptr});  // the first token has no context
+  for (int i = 1; i < chunk.prompt_logprobs_size(); ++i) {
+    const v1::TokenLogprobs& lp = chunk.prompt_logprobs(i);
+    json position = json::object();
+    for (int k = 0; k < lp.top_size(); ++k) {
+      const v1::TopLogprob& t = lp.top(k);
+      position[std::to_string(t.token_id())] = {
+          {"logprob", t.logprob()}, {"rank", k + 1}, {"decoded_token", t.text()}};
+    }
+    position[std::to_string(lp.token_id())] = {
+        {"logprob", lp.logprob()}, {"rank", lp.rank()}, {"decoded_token", lp.text()}};
+    out.push_back(std::move(position));
+  }
+  choice.prompt_logprobs = std::move(out);
 }
 
 namespace {
@@ -895,6 +936,7 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
   const bool tools = request_.tool_choice != ParsedRequest::ToolChoice::kOff;
   if (response.has_chunk()) {
     const v1::Chunk& chunk = response.chunk();
+    AddPromptLogprobs(c, chunk);
     json lp = nullptr;
     if (request_.logprobs) AddLogprobs(c, chunk, &lp);
     if (tools && request_.stream) {  // the call is sent whole, once it is complete
@@ -921,7 +963,9 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
     const std::string text = c.started ? chunk.text() : c.text + chunk.text();
     const bool first = !c.started;
     c.started = true;
-    return Event(ChunkObject(json::array({ChoiceDelta(index, text, lp, "", first)})));
+    json choice = ChoiceDelta(index, text, lp, "", first);
+    if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
+    return Event(ChunkObject(json::array({std::move(choice)})));
   }
   if (response.has_complete()) {
     c.complete = response.complete();
@@ -1005,6 +1049,7 @@ std::string ResponseBuilder::Body() const {
       choice["text"] = c.text;
     }
     choice["logprobs"] = c.logprobs;
+    if (request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
     choice["finish_reason"] = c.finish_reason;
     choice["tinyserve"] = TinyServeStats(c.complete);
     choices.push_back(std::move(choice));

@@ -68,6 +68,8 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;  // report logprobs (completions: "logprobs" was set)
+  bool prompt_logprobs = false;  // vLLM's "prompt_logprobs" was set: report them in its form
+  bool echo_logprobs = false;    // completions echo with logprobs: the prompt's lead them
   std::string model;      // the name responses carry
   // Chat with tools and tool_choice naming a function (kNamed) or "required": each choice's
   // output is a tool call, held to the function's parameter schema by constrained decoding.
@@ -122,6 +124,7 @@ class ResponseBuilder {
     bool started = false;  // streamed: the first event was sent
     tinyserve::v1::Complete complete;
     Json tool_call;  // the call the output makes (tool_choice forced), else null
+    Json prompt_logprobs;  // vLLM's form: [null, {"id": {logprob, rank, decoded_token}}, ...]
   };
   // The tool call an output makes, or null when it is not one (cut short by max_tokens).
   Json ToolCall(const std::string& text) const;
@@ -129,6 +132,8 @@ class ResponseBuilder {
   Json ChoiceDelta(int index, const std::string& text, const Json& logprobs,
                    const std::string& finish_reason, bool first) const;
   void AddLogprobs(Choice& choice, const tinyserve::v1::Chunk& chunk, Json* delta);
+  // A chunk's prompt logprobs into choice.prompt_logprobs (vLLM's form).
+  void AddPromptLogprobs(Choice& choice, const tinyserve::v1::Chunk& chunk);
   Json Usage() const;
 
   const ParsedRequest& request_;

@@ -46,6 +46,7 @@ SamplingParams ToSampling(const v1::SamplingOptions& s) {
   p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   p.ignore_eos = s.ignore_eos();
   p.logprobs = s.has_logprobs() ? s.logprobs() : -1;
+  p.prompt_logprobs = s.has_prompt_logprobs() ? s.prompt_logprobs() : -1;
   return p;
 }
 
