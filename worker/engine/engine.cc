@@ -258,9 +258,9 @@ bool Engine::Impl::Admit(Sequence& s) {
   // Prefix cache: reuse full pages of the prompt, but always leave one token to compute so
   // the request gets logits.
   const int ps = opts.page_size;
-  // (Not for prompt logprobs, which need every prompt row's logits.)
-  const int64_t reusable =
-      opts.prefix_caching && s.req.sampling.prompt_logprobs < 0 ? (s.prompt_len - 1) / ps : 0;
+  // (Not for prompt logprobs still to compute: they need every prompt row's logits.)
+  const bool reuse = opts.prefix_caching && (s.req.sampling.prompt_logprobs < 0 || s.prompt_lp_sent);
+  const int64_t reusable = reuse ? (s.prompt_len - 1) / ps : 0;
   std::vector<int32_t> hit_pages;
   std::vector<uint64_t> hit_hashes;
   uint64_t h = s.req.cache_salt;
