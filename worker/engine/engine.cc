@@ -259,7 +259,8 @@ bool Engine::Impl::Admit(Sequence& s) {
   // the request gets logits.
   const int ps = opts.page_size;
   // (Not for prompt logprobs still to compute: they need every prompt row's logits.)
-  const bool reuse = opts.prefix_caching && (s.req.sampling.prompt_logprobs < 0 || s.prompt_lp_sent);
+  const bool reuse =
+      opts.prefix_caching && (s.req.sampling.prompt_logprobs < 0 || s.prompt_lp_sent);
   const int64_t reusable = reuse ? (s.prompt_len - 1) / ps : 0;
   std::vector<int32_t> hit_pages;
   std::vector<uint64_t> hit_hashes;
