@@ -822,6 +822,7 @@ bool Regex::AnyNext(int32_t state, char32_t lo, char32_t hi) const {
 }
 
 bool Utf8Matcher::Byte(const Regex& re, unsigned char c) {
+  if (state < 0) return false;  // refused before: stays refused
   if (left == 0) {
     if (c < 0x80) {
       state = re.Next(state, c);
@@ -864,6 +865,7 @@ bool JsonStringMatcher::HexViable() const {
 }
 
 JsonStringMatcher::Step JsonStringMatcher::Byte(unsigned char c) {
+  if (m_.state < 0) return Step::kReject;
   auto ok = [](bool b) { return b ? Step::kMore : Step::kReject; };
   auto hex = [](unsigned char d) -> int {
     if (d >= '0' && d <= '9') return d - '0';

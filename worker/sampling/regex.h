@@ -79,7 +79,7 @@ struct Utf8Matcher {
   uint8_t length = 0;  // bytes of the code point being read
 
   bool Byte(const Regex& re, unsigned char c);
-  bool Complete(const Regex& re) const { return left == 0 && re.Accepting(state); }
+  bool Complete(const Regex& re) const { return left == 0 && state >= 0 && re.Accepting(state); }
 };
 
 // The whole output matches (vLLM's guided_regex, guided_choice). Copyable.
