@@ -42,16 +42,23 @@ SEARCH = [  # (pattern, minLength, maxLength or None)
     (r"é", 0, None), (r"^.{2,3}$", 0, None), (r"^[a-z]+$", 2, 4), (r"\d", 0, 3), (r"^x*$", 3, None),
     (r"a", 1, 1), (r'^"[^"]*"$', 0, 6), (r"\\", 0, None), (r"^\S+@\S+$", 3, 8),
     (r"^[\u4e2d\U0001F600]+$", 1, 3), (r"^\n?\t$", 0, None),
+    # Anchors bind to their own branch; ECMA's "." and \s; an escaped surrogate pair.
+    (r"^a|b", 0, None), (r"a|b$", 0, None), (r"^ab|cd$|^e$", 0, None), (r"^.+$", 0, None),
+    (r"^\S+\s\S+$", 0, None), (r"^[\s\d]+$", 0, None), (r"^(?:x|\ud83d\ude00)$", 0, None),
+    (r"x{,2}", 0, None),
 ]
 EXTRA = ["a", "Z", "0", "9", " ", "-", ".", "_", "\n", "\t", '"', "\\", "é", "中", "\U0001F600",
-         "\u2028", "\x01"]
+         "\u2028", "\x01", "\r", "\u00a0", "\u3000"]
 WALKS, STEPS = 12, 14
 
 
 def alphabet(pattern):
     chars = {c for c in pattern if c.isprintable()} | set(EXTRA)
     for lo, hi in regex.findall(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})", pattern):
-        chars.add(chr(int(lo or hi, 16)))
+        if not 0xD800 <= int(lo or hi, 16) <= 0xDFFF:  # halves of a pair: not text
+            chars.add(chr(int(lo or hi, 16)))
+    for pair in regex.findall(r"\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})", pattern, flags=regex.I):
+        chars.add(chr(0x10000 + ((int(pair[0], 16) - 0xD800) << 10) + (int(pair[1], 16) - 0xDC00)))
     return sorted(chars)
 
 
@@ -97,19 +104,91 @@ def whole_case(rng, pattern):
     }
 
 
+ECMA_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+
+
+def pieces(pattern):
+    """(piece, where) for each escape pair or character: where is "class" inside a character
+    class, "top" at the top level (outside groups and classes), else "group"."""
+    i, depth, in_class, prev = 0, 0, False, ""
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            yield pattern[i:i + 2], "class" if in_class else "top" if depth == 0 else "group"
+            i += 2
+            prev = "\\"
+            continue
+        where = "class" if in_class else "top" if depth == 0 else "group"
+        if in_class:
+            in_class = c != "]" or prev == "["
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            where = "top" if depth == 0 else "group"
+        yield c, where
+        prev = c
+        i += 1
+
+
+def ecma(pattern):
+    """JSON Schema's pattern (ECMA-262) in Python's syntax: "." excludes every line terminator,
+    \\s is ECMA's white space, a branch's final "$" is the end of the text (\\Z: Python's "$"
+    also matches before a final newline), "{,m}" is text and an escaped surrogate pair is one
+    character."""
+    pattern = regex.sub(r"\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})",
+                        lambda m: "\\U%08x" % (0x10000 + ((int(m[1], 16) - 0xD800) << 10) +
+                                                (int(m[2], 16) - 0xDC00)), pattern,
+                        flags=regex.I)
+    out = []
+    items = list(pieces(pattern))
+    for k, (c, where) in enumerate(items):
+        after = items[k + 1][0] if k + 1 < len(items) else ""
+        if c == "\\s":
+            c = ECMA_SPACE if where == "class" else "[" + ECMA_SPACE + "]"
+        elif c == "\\S":
+            if where == "class":
+                raise ValueError("\\S inside a class is not translated")
+            c = "[^" + ECMA_SPACE + "]"
+        elif where != "class" and c == ".":
+            c = "[^\n\r\u2028\u2029]"
+        elif where != "class" and c == "{" and after == ",":
+            c = "\\{"
+        elif where == "top" and c == "$" and after in ("", "|"):
+            c = r"\Z"
+        out.append(c)
+    return "".join(out)
+
+
+def top_level_branches(pattern):
+    """The pattern split at its top-level "|"s (not inside groups, classes or escapes)."""
+    out, cur = [], ""
+    for c, where in pieces(pattern):
+        if c == "|" and where == "top":
+            out.append(cur)
+            cur = ""
+        else:
+            cur += c
+    return out + [cur]
+
+
 def search_case(rng, pattern, lo, hi):
-    # Some completion of the text contains a match: the pattern with "any text" around it where
-    # it is not anchored, matched partially. Length bounds cannot be put to the partial matcher,
-    # so "viable" is recorded only for unbounded patterns.
-    inner = pattern
-    start = inner.startswith("^")
-    end = inner.endswith("$") and not inner.endswith("\\$")
-    inner = inner[1 if start else 0:len(inner) - (1 if end else 0)]
-    # A final "$" is ECMA-262's (JSON Schema's): the end of the text, where Python's also
-    # matches before a final newline; \Z says it in Python.
-    rx = regex.compile(pattern[:-1] + r"\Z" if end else pattern, regex.ASCII)
-    wrapped = regex.compile(("" if start else r"(?s:.)*") + "(?:" + inner + ")" +
-                            ("" if end else r"(?s:.)*"), regex.ASCII)
+    # Some completion of the text contains a match: the pattern with "any text" around it,
+    # matched partially (a branch's "^" holds only at the start). Length bounds cannot be put
+    # to the partial matcher, so "viable" is recorded only for unbounded patterns.
+    translated = ecma(pattern)
+    rx = regex.compile(translated, regex.ASCII)
+    # Partial matching misreads anchors after a prefix, so each top-level branch gets "any
+    # text" where it is not anchored instead, and the anchors go.
+    branches = []
+    for b in top_level_branches(translated):
+        start, end = b.startswith("^"), b.endswith(r"\Z") and not b.endswith(r"\\Z")
+        core = b[1 if start else 0:len(b) - (2 if end else 0)]
+        branches.append(("" if start else r"(?s:.)*") + "(?:" + core + ")" +
+                        ("" if end else r"(?s:.)*"))
+    wrapped = regex.compile("|".join(branches), regex.ASCII)
     bounded = lo > 0 or hi is not None
 
     def full(t):

@@ -20,7 +20,9 @@ constexpr char32_t kMaxCp = 0x10FFFF;
 constexpr char32_t kSurrogateLo = 0xD800, kSurrogateHi = 0xDFFF;
 constexpr int kMaxNfaStates = 200000;
 constexpr size_t kMaxTable = size_t{1} << 22;  // DFA transitions (16 MB)
-constexpr size_t kMaxWork = size_t{1} << 26;   // determinization steps (about a second)
+// Determinization steps; the NFA sets kept (keys of the state and move maps) are a part of
+// them, so this bounds memory as well (to some 100 MB) and time (well under a second).
+constexpr size_t kMaxWork = size_t{1} << 24;
 
 using Ranges = std::vector<std::pair<char32_t, char32_t>>;  // inclusive, sorted, disjoint
 
@@ -61,6 +63,12 @@ Ranges Complement(const Ranges& r) {
 const Ranges kDigit = {{'0', '9'}};
 const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}};
+// ECMA-262's WhiteSpace and LineTerminator (JSON Schema's \s), and its LineTerminator ("."
+// matches none of them).
+const Ranges kEcmaSpace = {{'\t', '\r'},     {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680},
+                           {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
+                           {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+const Ranges kLineTerminators = {{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}};
 
 struct Node {
   enum Kind : uint8_t { kSet, kConcat, kAlt, kRepeat };
@@ -75,34 +83,43 @@ class Parser {
   explicit Parser(std::string_view p) : p_(p) {}
 
   // The root node, or -1 with error() set.
+  // search: JSON Schema's reading (ECMA-262): the text contains a match, "." and \s are
+  // ECMA's, {,m} is literal. A top-level branch may start with "^" and end with "$", which
+  // anchor that branch (in search mode; in whole-match mode they change nothing).
   int Parse(bool search) {
-    size_t end = p_.size();
-    bool anchored_start = false, anchored_end = false;
-    if (!p_.empty() && p_[0] == '^') {
-      anchored_start = true;
-      i_ = 1;
-    }
-    if (end > i_ && p_[end - 1] == '$') {
-      size_t slashes = 0;
-      while (end - 1 - slashes > i_ && p_[end - 2 - slashes] == '\\') ++slashes;
-      if (slashes % 2 == 0) {
-        anchored_end = true;
-        --end;
+    ecma_ = search;
+    Node alt;
+    alt.kind = Node::kAlt;
+    int any = -1;
+    while (true) {
+      const bool anchored_start = !AtEnd() && Peek() == '^';
+      if (anchored_start) ++i_;
+      const int branch = Concat();
+      if (branch < 0) return -1;
+      const bool anchored_end = AtEnd() ? false : Peek() == '$';
+      if (anchored_end) ++i_;
+      if (!search) {
+        alt.kids.push_back(branch);
+      } else {
+        if (any < 0) {
+          const int any_set = AddSet({{0, kMaxCp}});
+          if (any_set < 0) return -1;
+          any = Repeat(any_set, 0, -1);
+        }
+        Node cat;
+        if (!anchored_start) cat.kids.push_back(any);
+        cat.kids.push_back(branch);
+        if (!anchored_end) cat.kids.push_back(any);
+        alt.kids.push_back(Add(std::move(cat)));
       }
+      if (AtEnd() || Peek() != '|') break;
+      ++i_;
     }
-    p_ = p_.substr(0, end);
-    int root = Alt();
-    if (root < 0) return -1;
-    if (i_ < p_.size()) return Fail("unbalanced parenthesis");
-    if (!search) return root;
-    Node whole;
-    const int any_set = AddSet({{0, kMaxCp}});
-    if (any_set < 0) return -1;
-    const int any = Repeat(any_set, 0, -1);
-    if (!anchored_start) whole.kids.push_back(any);
-    whole.kids.push_back(root);
-    if (!anchored_end) whole.kids.push_back(any);
-    return Add(std::move(whole));
+    if (!AtEnd()) {
+      return Fail(Peek() == ')' ? "unbalanced parenthesis"
+                                : "anchors are supported only at a branch's start and end");
+    }
+    return alt.kids.size() == 1 ? alt.kids[0] : Add(std::move(alt));
   }
   const std::string& error() const { return error_; }
   std::vector<Node> nodes;
@@ -137,6 +154,10 @@ class Parser {
     return Add(std::move(n));
   }
   bool AtEnd() const { return i_ >= p_.size(); }
+  // A top-level "$" that ends its branch (the caller takes it as the anchor).
+  bool BranchEnd() const {
+    return depth_ == 0 && Peek() == '$' && (i_ + 1 == p_.size() || p_[i_ + 1] == '|');
+  }
   char Peek() const { return p_[i_]; }
 
   // One UTF-8 code point of the pattern.
@@ -174,7 +195,7 @@ class Parser {
 
   int Concat() {
     Node cat;
-    while (!AtEnd() && Peek() != '|' && Peek() != ')') {
+    while (!AtEnd() && Peek() != '|' && Peek() != ')' && !BranchEnd()) {
       const int r = Repeated();
       if (r < 0) return -1;
       cat.kids.push_back(r);
@@ -197,6 +218,7 @@ class Parser {
     };
     int lo = 0, hi = 0;
     const bool has_lo = number(&lo);
+    if (!has_lo && ecma_) return false;  // ECMA: "{,m}" is text
     if (j < p_.size() && p_[j] == '}') {
       if (!has_lo) return false;
       hi = lo;
@@ -280,11 +302,13 @@ class Parser {
       return inner;
     }
     if (c == '[') return Class();
-    if (c == '.') {
+    if (c == '.') {  // any character but a line terminator (Python's: but "\n")
       ++i_;
-      return AddSet({{0, '\n' - 1}, {'\n' + 1, kMaxCp}});
+      return AddSet(ecma_ ? Complement(kLineTerminators) : Complement({{'\n', '\n'}}));
     }
-    if (c == '^' || c == '$') return Fail("anchors are supported only at the start and the end");
+    if (c == '^' || c == '$') {
+      return Fail("anchors are supported only at a top-level branch's start and end");
+    }
     if (c == '\\') {
       Ranges r;
       if (!Escape(/*in_class=*/false, &r)) return -1;
@@ -335,11 +359,11 @@ class Parser {
         return true;
       case 's':
         ++i_;
-        *r = kSpace;
+        *r = ecma_ ? kEcmaSpace : kSpace;
         return true;
       case 'S':
         ++i_;
-        *r = Complement(kSpace);
+        *r = Complement(ecma_ ? kEcmaSpace : kSpace);
         return true;
       case 'n':
         cp = '\n';
@@ -364,6 +388,17 @@ class Parser {
       case 'U':
         ++i_;
         if (Hex(c == 'x' ? 2 : c == 'u' ? 4 : 8, &cp) < 0) return false;
+        if (cp >= kSurrogateLo && cp <= kSurrogateHi) {  // \uD83D\uDE00 is one character
+          constexpr char kLone[] = "a lone surrogate: write the pair, or the character itself";
+          if (cp > 0xDBFF || i_ + 6 > p_.size() || p_[i_] != '\\' || p_[i_ + 1] != 'u') {
+            return Fail(kLone) >= 0;
+          }
+          i_ += 2;
+          char32_t low = 0;
+          if (Hex(4, &low) < 0) return false;
+          if (low < 0xDC00 || low > kSurrogateHi) return Fail(kLone) >= 0;
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+        }
         *r = {{cp, cp}};
         return true;
       case '0':
@@ -449,6 +484,7 @@ class Parser {
   std::string_view p_;
   size_t i_ = 0;
   int depth_ = 0;
+  bool ecma_ = false;
   std::string error_;
   std::map<Ranges, int> set_index_;
 };
@@ -479,11 +515,11 @@ class RegexBuilder {
       return st;
     }
     const int nc = re->num_classes_;
-    if (opt.min_length > 0 || opt.max_length < INT_MAX) {
-      // Product with a counter of code points: (state, count), count up to max_length, or
-      // saturating at min_length when there is no maximum.
-      const bool capped = opt.max_length < INT_MAX;
-      const int top = capped ? opt.max_length : opt.min_length;
+    if (opt.min_length > 0) {
+      // Product with a counter of code points saturating at min_length: (state, count). (The
+      // maximum is held at run time against each state's distance to a match, below.)
+      const bool capped = false;
+      const int top = opt.min_length;
       std::map<std::pair<int32_t, int>, int32_t> index;
       std::vector<std::pair<int32_t, int>> states = {{0, 0}};
       index[{0, 0}] = 0;
@@ -517,6 +553,12 @@ class RegexBuilder {
           opt.min_length > 0 || opt.max_length < INT_MAX
               ? "matches no text within the length bounds (minLength, maxLength)"
               : "matches no text");
+    }
+    re->dist_ = Distances(nc, next, accepting);
+    re->max_length_ = opt.max_length;
+    if (re->dist_[0] > opt.max_length) {
+      return absl::InvalidArgumentError(
+          "matches no text within the length bounds (minLength, maxLength)");
     }
     re->next_ = std::move(next);
     re->accepting_ = std::move(accepting);
@@ -636,6 +678,7 @@ class RegexBuilder {
       from.pop_back();
       if (mark_[s] == mark_epoch_) continue;
       mark_[s] = mark_epoch_;
+      ++work_;
       if (s == 0) {
         out.push_back(-1);
       } else if (nfa_[s].set >= 0) {
@@ -660,20 +703,23 @@ class RegexBuilder {
   // state's own classes (sparse), and each distinct move set's closure is computed once.
   absl::Status Determinize(int start, int nc, std::vector<int32_t>* next,
                            std::vector<uint8_t>* accepting) {
+    // Each state's NFA set is kept once, as its key in `index` (node-based: stable).
     std::unordered_map<std::vector<int>, int32_t, VectorHash> index, moved_to;
-    std::vector<std::vector<int>> states = {Closure({start})};
-    index[states[0]] = 0;
+    std::vector<const std::vector<int>*> states = {
+        &index.emplace(Closure({start}), 0).first->first};
     std::vector<std::vector<int>> by_class(nc);
     std::vector<int> touched;
     for (size_t d = 0; d < states.size(); ++d) {
-      accepting->push_back(!states[d].empty() && states[d][0] == -1);
-      for (int s : states[d]) {
+      const std::vector<int>& set = *states[d];
+      accepting->push_back(!set.empty() && set[0] == -1);
+      for (int s : set) {
         if (s < 0) continue;
         for (int c : set_classes_[nfa_[s].set]) {
           if (by_class[c].empty()) touched.push_back(c);
           by_class[c].push_back(nfa_[s].out);
         }
         work_ += set_classes_[nfa_[s].set].size();
+        if (work_ > kMaxWork) return TooComplex();  // checked as it grows: memory too
       }
       const size_t row = next->size();
       next->resize(row + nc, -1);
@@ -688,12 +734,13 @@ class RegexBuilder {
         } else {
           std::vector<int> key = Closure(moved);
           work_ += key.size() + moved.size();
-          auto [it, fresh] = index.emplace(key, static_cast<int32_t>(states.size()));
+          if (work_ > kMaxWork) return TooComplex();
+          auto [it, fresh] = index.emplace(std::move(key), static_cast<int32_t>(states.size()));
           if (fresh) {
             if (states.size() >= Regex::kMaxStates || (states.size() + 1) * nc > kMaxTable) {
               return TooComplex();
             }
-            states.push_back(std::move(key));
+            states.push_back(&it->first);
           }
           to = it->second;
           moved_to.emplace(moved, to);
@@ -707,22 +754,22 @@ class RegexBuilder {
     return absl::OkStatus();
   }
 
-  // Drops the states from which no accepting state can be reached and renumbers the rest
-  // (state 0 stays the start); false when the start is among the dropped.
-  static bool KeepLive(int nc, std::vector<int32_t>* next, std::vector<uint8_t>* accepting) {
-    const size_t n = accepting->size();
+  // Each state's fewest code points to an accepting state (breadth-first, backwards).
+  static std::vector<int32_t> Distances(int nc, const std::vector<int32_t>& next,
+                                        const std::vector<uint8_t>& accepting) {
+    const size_t n = accepting.size();
     std::vector<std::vector<int32_t>> from(n);
     for (size_t s = 0; s < n; ++s) {
       for (int c = 0; c < nc; ++c) {
-        const int32_t t = (*next)[s * nc + c];
+        const int32_t t = next[s * nc + c];
         if (t >= 0) from[t].push_back(static_cast<int32_t>(s));
       }
     }
-    std::vector<uint8_t> live(n);
+    std::vector<int32_t> dist(n, INT32_MAX);
     std::deque<int32_t> queue;
     for (size_t s = 0; s < n; ++s) {
-      if ((*accepting)[s]) {
-        live[s] = 1;
+      if (accepting[s]) {
+        dist[s] = 0;
         queue.push_back(static_cast<int32_t>(s));
       }
     }
@@ -730,12 +777,22 @@ class RegexBuilder {
       const int32_t s = queue.front();
       queue.pop_front();
       for (int32_t p : from[s]) {
-        if (!live[p]) {
-          live[p] = 1;
+        if (dist[p] == INT32_MAX) {
+          dist[p] = dist[s] + 1;
           queue.push_back(p);
         }
       }
     }
+    return dist;
+  }
+
+  // Drops the states from which no accepting state can be reached and renumbers the rest
+  // (state 0 stays the start); false when the start is among the dropped.
+  static bool KeepLive(int nc, std::vector<int32_t>* next, std::vector<uint8_t>* accepting) {
+    const size_t n = accepting->size();
+    const std::vector<int32_t> dist = Distances(nc, *next, *accepting);
+    std::vector<uint8_t> live(n);
+    for (size_t s = 0; s < n; ++s) live[s] = dist[s] != INT32_MAX;
     if (!live[0]) return false;
     std::vector<int32_t> renumber(n, -1);
     int32_t kept = 0;
@@ -810,13 +867,14 @@ int32_t Regex::Next(int32_t state, char32_t cp) const {
   return next_[static_cast<size_t>(state) * num_classes_ + ClassOf(cp)];
 }
 
-bool Regex::AnyNext(int32_t state, char32_t lo, char32_t hi) const {
+bool Regex::AnyNext(int32_t state, char32_t lo, char32_t hi, int64_t budget) const {
   hi = std::min(hi, kMaxCp);
-  if (lo > hi) return false;
+  if (lo > hi || budget < 0) return false;
   const int32_t* row = &next_[static_cast<size_t>(state) * num_classes_];
   for (size_t i = std::upper_bound(bounds_.begin(), bounds_.end(), lo) - bounds_.begin() - 1;
        i + 1 < bounds_.size() && bounds_[i] <= hi; ++i) {
-    if (row[interval_class_[i]] >= 0) return true;
+    const int32_t t = row[interval_class_[i]];
+    if (t >= 0 && dist_[t] <= budget) return true;
   }
   return false;
 }
@@ -824,10 +882,7 @@ bool Regex::AnyNext(int32_t state, char32_t lo, char32_t hi) const {
 bool Utf8Matcher::Byte(const Regex& re, unsigned char c) {
   if (state < 0) return false;  // refused before: stays refused
   if (left == 0) {
-    if (c < 0x80) {
-      state = re.Next(state, c);
-      return state >= 0;
-    }
+    if (c < 0x80) return Step(re, c);
     if (c < 0xC2 || c > 0xF4) return false;  // a continuation, an overlong or too large lead
     length = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
     left = length - 1;
@@ -835,17 +890,25 @@ bool Utf8Matcher::Byte(const Regex& re, unsigned char c) {
   } else {
     if ((c & 0xC0) != 0x80) return false;
     value = value << 6 | (c & 0x3F);
-    if (--left == 0) {
-      state = re.Next(state, value);  // surrogates and overlong forms are excluded below
-      return state >= 0;
-    }
+    if (--left == 0) return Step(re, value);  // surrogates, overlong forms: excluded below
   }
   // Partway: the code points the bytes so far can still become, for this length.
   static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
   static constexpr uint32_t kMax[5] = {0, 0, 0x7FF, 0xFFFF, 0x10FFFF};
   const uint32_t lo = std::max(value << (6 * left), kMin[length]);
   const uint32_t hi = std::min((value << (6 * left)) | ((1u << (6 * left)) - 1), kMax[length]);
-  return re.AnyNext(state, lo, hi);  // surrogates lead nowhere
+  return re.AnyNext(state, lo, hi, re.Budget(count));  // surrogates lead nowhere
+}
+
+bool Utf8Matcher::Step(const Regex& re, char32_t cp) {
+  const int32_t t = re.Next(state, cp);
+  if (t < 0 || re.Distance(t) > re.Budget(count)) {
+    state = -1;
+    return false;
+  }
+  state = t;
+  ++count;
+  return true;
 }
 
 bool JsonStringMatcher::HexViable() const {
@@ -853,19 +916,26 @@ bool JsonStringMatcher::HexViable() const {
   const uint32_t lo = static_cast<uint32_t>(unit_) << span;
   const uint32_t hi = lo | ((1u << span) - 1);
   const int32_t s = m_.state;
+  const int64_t budget = re_->Budget(m_.count);
   if (mode_ == Mode::kLowHex) {
     const uint32_t a = std::max<uint32_t>(lo, 0xDC00), b = std::min<uint32_t>(hi, 0xDFFF);
     const uint32_t base = 0x10000 + ((high_ - 0xD800u) << 10);
-    return a <= b && re_->AnyNext(s, base + a - 0xDC00, base + b - 0xDC00);
+    return a <= b && re_->AnyNext(s, base + a - 0xDC00, base + b - 0xDC00, budget);
   }
-  if (re_->AnyNext(s, lo, hi)) return true;  // surrogates lead nowhere by themselves
+  if (re_->AnyNext(s, lo, hi, budget)) return true;  // surrogates lead nowhere by themselves
   const uint32_t a = std::max<uint32_t>(lo, 0xD800), b = std::min<uint32_t>(hi, 0xDBFF);
-  return a <= b &&
-         re_->AnyNext(s, 0x10000 + ((a - 0xD800) << 10), 0x10000 + ((b - 0xD800) << 10) + 0x3FF);
+  return a <= b && re_->AnyNext(s, 0x10000 + ((a - 0xD800) << 10),
+                                0x10000 + ((b - 0xD800) << 10) + 0x3FF, budget);
 }
 
 JsonStringMatcher::Step JsonStringMatcher::Byte(unsigned char c) {
   if (m_.state < 0) return Step::kReject;
+  const Step step = Take(c);
+  if (step == Step::kReject) m_.state = -1;  // refused once, refused after
+  return step;
+}
+
+JsonStringMatcher::Step JsonStringMatcher::Take(unsigned char c) {
   auto ok = [](bool b) { return b ? Step::kMore : Step::kReject; };
   auto hex = [](unsigned char d) -> int {
     if (d >= '0' && d <= '9') return d - '0';
@@ -878,7 +948,7 @@ JsonStringMatcher::Step JsonStringMatcher::Byte(unsigned char c) {
         if (c == '"') return re_->Accepting(m_.state) ? Step::kClosed : Step::kReject;
         if (c == '\\') {
           mode_ = Mode::kEscape;
-          return ok(re_->AnyNext(m_.state, 0, kMaxCp));
+          return ok(re_->AnyNext(m_.state, 0, kMaxCp, re_->Budget(m_.count)));
         }
         if (c < 0x20) return Step::kReject;
       }
@@ -915,7 +985,7 @@ JsonStringMatcher::Step JsonStringMatcher::Byte(unsigned char c) {
           return Step::kReject;
       }
       mode_ = Mode::kBody;
-      m_.state = re_->Next(m_.state, cp);
+      m_.Step(*re_, cp);
       return ok(m_.state >= 0);
     }
     case Mode::kHex:
@@ -927,13 +997,13 @@ JsonStringMatcher::Step JsonStringMatcher::Byte(unsigned char c) {
       if (!HexViable()) return Step::kReject;
       if (digits_ < 4) return Step::kMore;
       if (mode_ == Mode::kLowHex) {
-        m_.state = re_->Next(m_.state, 0x10000 + ((high_ - 0xD800u) << 10) + (unit_ - 0xDC00u));
+        m_.Step(*re_, 0x10000 + ((high_ - 0xD800u) << 10) + (unit_ - 0xDC00u));
       } else if (unit_ >= 0xD800 && unit_ <= 0xDBFF) {
         high_ = unit_;
         mode_ = Mode::kHighSlash;
         return Step::kMore;
       } else {
-        m_.state = re_->Next(m_.state, unit_);
+        m_.Step(*re_, unit_);
       }
       mode_ = Mode::kBody;
       return ok(m_.state >= 0);

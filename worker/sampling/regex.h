@@ -8,10 +8,13 @@
 // (\n \t \r \f \v \0 \xHH \uHHHH \U00HHHHHH, \ before punctuation), ".", classes ([a-z],
 // [^...], with escapes), \d \D \w \W \s \S (ASCII, as Python's re.ASCII: [0-9], [A-Za-z0-9_],
 // [ \t\n\r\f\v]), groups ((...), (?:...), (?P<name>...), (?<name>...)), "|", quantifiers
-// (* + ? {n} {n,} {n,m} {,m}, lazy ones too: the language is the same), "^" first and "$" last.
-// "." is any code point but "\n". Refused with an error naming the offset: backreferences,
-// lookaround, \b \B \A \Z, inline flags, anchors elsewhere, repeat counts over 1000, and
-// patterns whose automaton would exceed kMaxStates.
+// (* + ? {n} {n,} {n,m} {,m}, lazy ones too: the language is the same), "^" and "$" at the
+// start and end of a top-level branch. "." is any code point but "\n". An escaped surrogate
+// pair (\uD83D\uDE00) is its one character. Refused with an error naming the offset:
+// backreferences, lookaround, \b \B \A \Z, inline flags, anchors elsewhere, lone surrogates,
+// repeat counts over 1000, and patterns whose automaton or its building would pass the caps
+// (kMaxStates; regex.cc: transitions, steps). Options::search changes a few meanings to
+// ECMA-262's (JSON Schema's).
 //
 // Thread safety: a compiled Regex is immutable (shared); recognizers are per request.
 #pragma once
@@ -30,10 +33,14 @@ namespace tinyserve {
 class Regex {
  public:
   struct Options {
-    // false: the whole text matches (guided_regex). true: the text contains a match, as
-    // JSON Schema's "pattern" (and re.search) reads it; "^" and "$" then anchor it.
+    // false: the whole text matches (guided_regex; Python's syntax). true: the text contains a
+    // match, as JSON Schema's "pattern" reads it, with ECMA-262's meaning where it differs
+    // from Python's: "." excludes every line terminator (\r \u2028 \u2029 too), \s is
+    // ECMA's white space (Unicode's spaces too), "{,m}" is text; a top-level branch's "^" and
+    // "$" anchor that branch.
     bool search = false;
-    // Characters (code points) of the text, folded into the automaton (minLength, maxLength).
+    // Characters (code points) of the text (minLength, maxLength): the minimum is folded into
+    // the automaton, the maximum held while matching against each state's distance to a match.
     int min_length = 0;
     int max_length = INT_MAX;
   };
@@ -54,8 +61,12 @@ class Regex {
   int32_t start() const { return 0; }
   int32_t Next(int32_t state, char32_t cp) const;
   bool Accepting(int32_t state) const { return accepting_[state] != 0; }
-  // Some code point in [lo, hi] leads to a live state.
-  bool AnyNext(int32_t state, char32_t lo, char32_t hi) const;
+  // Some code point in [lo, hi] leads to a state within `budget` code points of a match.
+  bool AnyNext(int32_t state, char32_t lo, char32_t hi, int64_t budget = INT64_MAX) const;
+  // The fewest code points from `state` to a match.
+  int32_t Distance(int32_t state) const { return dist_[state]; }
+  // Code points a text of `count` so far may still take after the next one (maxLength).
+  int64_t Budget(int32_t count) const { return int64_t{max_length_} - count - 1; }
   int num_states() const { return static_cast<int>(accepting_.size()); }
 
  private:
@@ -66,6 +77,8 @@ class Regex {
   int num_classes_ = 0;
   std::vector<int32_t> next_;  // state * num_classes_ + class -> state or -1
   std::vector<uint8_t> accepting_;
+  std::vector<int32_t> dist_;  // per state: Distance
+  int max_length_ = INT_MAX;   // Options::max_length, held at run time (Utf8Matcher)
   friend class RegexBuilder;
 };
 
@@ -74,11 +87,14 @@ class Regex {
 // past U+10FFFF included).
 struct Utf8Matcher {
   int32_t state = 0;
+  int32_t count = 0;   // code points so far
   uint32_t value = 0;  // the bits of the code point so far
   uint8_t left = 0;    // continuation bytes still to come
   uint8_t length = 0;  // bytes of the code point being read
 
   bool Byte(const Regex& re, unsigned char c);
+  // One whole code point: its state, if a match within the maximum length can still follow.
+  bool Step(const Regex& re, char32_t cp);
   bool Complete(const Regex& re) const { return left == 0 && state >= 0 && re.Accepting(state); }
 };
 
@@ -110,6 +126,7 @@ class JsonStringMatcher {
 
  private:
   enum class Mode : uint8_t { kBody, kEscape, kHex, kHighSlash, kHighU, kLowHex };
+  Step Take(unsigned char c);
   bool HexViable() const;
 
   const Regex* re_;

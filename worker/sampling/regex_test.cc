@@ -47,15 +47,29 @@ int JsonString(const Regex& re, std::string_view text) {
   return 0;
 }
 
-// Some text of at most `depth` more code points from `alphabet` completes a match.
-bool Completes(const Regex& re, int32_t state, const std::vector<char32_t>& alphabet, int depth) {
-  if (re.Accepting(state)) return true;
+// Some text of at most `depth` more characters from `alphabet` completes a match.
+bool Completes(const RegexRecognizer& r, const std::vector<std::string>& alphabet, int depth) {
+  if (r.Complete()) return true;
   if (depth == 0) return false;
-  for (char32_t c : alphabet) {
-    const int32_t t = re.Next(state, c);
-    if (t >= 0 && Completes(re, t, alphabet, depth - 1)) return true;
+  for (const std::string& c : alphabet) {
+    RegexRecognizer next = r;
+    if (next.Feed(c) && Completes(next, alphabet, depth - 1)) return true;
   }
   return false;
+}
+
+// Every text of at most `depth` characters from `alphabet` that the recognizer accepts can be
+// completed; the count of such texts.
+int CheckNoDeadEnds(const RegexRecognizer& r, const std::vector<std::string>& alphabet, int depth,
+                    int completion_depth, const std::string& what) {
+  EXPECT_TRUE(Completes(r, alphabet, completion_depth)) << what;
+  if (depth == 0) return 1;
+  int n = 1;
+  for (const std::string& c : alphabet) {
+    RegexRecognizer next = r;
+    if (next.Feed(c)) n += CheckNoDeadEnds(next, alphabet, depth - 1, completion_depth, what + c);
+  }
+  return n;
 }
 
 TEST(RegexGolden, MatchesTheRegexPackage) {
@@ -100,9 +114,9 @@ TEST(RegexGolden, MatchesTheRegexPackage) {
   EXPECT_GT(json_texts, 1000);
 }
 
-TEST(Regex, EveryLiveStateCompletes) {
-  // Length bounds folded in: each state reached still completes within them.
-  const std::vector<char32_t> alphabet = {'a', 'b', 'x', 'z', '0', '5', '-', ' ', 0xE9};
+TEST(Regex, EveryAcceptedTextCompletes) {
+  // With length bounds: each accepted text can still be completed within them.
+  const std::vector<std::string> alphabet = {"a", "b", "x", "z", "0", "5", "-", " ", "\xC3\xA9"};
   struct Case {
     const char* pattern;
     int min, max;
@@ -115,10 +129,23 @@ TEST(Regex, EveryLiveStateCompletes) {
     o.max_length = c.max;
     auto re = MustCompile(c.pattern, o);
     ASSERT_NE(re, nullptr);
-    for (int32_t s = 0; s < re->num_states(); ++s) {
-      EXPECT_TRUE(Completes(*re, s, alphabet, 8)) << c.pattern << " state " << s;
-    }
+    EXPECT_GT(
+        CheckNoDeadEnds(RegexRecognizer(re.get()), alphabet, 5, 8, std::string(c.pattern) + ": "),
+        3);
   }
+  // A long maxLength is held by distance, not by a product automaton.
+  Regex::Options wide;
+  wide.search = true;
+  wide.max_length = 65536;
+  auto base64 = MustCompile("^[A-Za-z0-9+/]*={0,2}$", wide);
+  ASSERT_NE(base64, nullptr);
+  EXPECT_LT(base64->num_states(), 10);
+  wide.max_length = 3;
+  auto four = MustCompile("^(?:[a-z]{2}|[a-z]{4})$", wide);
+  ASSERT_NE(four, nullptr);
+  EXPECT_TRUE(Viable(*four, "ab"));
+  EXPECT_TRUE(Matches(*four, "ab"));
+  EXPECT_FALSE(Viable(*four, "abc"));  // only the 4-letter branch goes on, past the maximum
   // ^(ab)+$ within 5 characters: "ababa" cannot be finished, so the fifth character is refused.
   Regex::Options o;
   o.search = true;
@@ -169,6 +196,14 @@ TEST(Regex, JsonEscapesAndSurrogatePairs) {
   auto abc = MustCompile("^abc$", o);
   EXPECT_EQ(JsonString(*abc, "\"abc\\"), -1);
   EXPECT_EQ(JsonString(*abc, "\"abc\""), 1);
+  // Refused once, refused after: a later byte that would fit does not revive it.
+  JsonStringMatcher m(abc.get());
+  EXPECT_EQ(m.Byte('x'), JsonStringMatcher::Step::kReject);
+  EXPECT_EQ(m.Byte('a'), JsonStringMatcher::Step::kReject);
+  JsonStringMatcher q(abc.get());
+  EXPECT_EQ(q.Byte('a'), JsonStringMatcher::Step::kMore);
+  EXPECT_EQ(q.Byte('"'), JsonStringMatcher::Step::kReject);  // not a match yet
+  EXPECT_EQ(q.Byte('b'), JsonStringMatcher::Step::kReject);
 }
 
 TEST(Regex, ErrorsSayWhatAndWhere) {
@@ -196,7 +231,13 @@ TEST(Regex, ErrorsSayWhatAndWhere) {
       {"\\x4", "hex digits"},
       {"[^\\s\\S]", "matches no text"},
       {"(a{1000}){1000}", "too complex"},
-      {"[ab]*a[ab]{15}", "too complex"},  // 2^16 states
+      {"[ab]*a[ab]{15}", "too complex"},        // 2^16 states
+      {"(?:(?:.?){1000}){90}", "too complex"},  // bounded by building steps, not only states
+      {"\\ud83d", "lone surrogate"},
+      {"\\ude00\\ud83d", "lone surrogate"},
+      {"[\\ud800-\\udfff]", "lone surrogate"},
+      {"a|b^", "anchors"},
+      {"(^a)", "anchors"},
       {"((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((a)))))))))))))))))))"
        ")))))))))))))))))))))))))))))))))))))))))))))))",
        "nested too deeply"},
