@@ -989,6 +989,7 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
                     {"delta", std::move(delta)},
                     {"logprobs", c.logprobs},
                     {"finish_reason", nullptr}};
+      if (request_.prompt_logprobs) first["prompt_logprobs"] = c.prompt_logprobs;
       c.started = true;
       return Event(ChunkObject(json::array({std::move(first)}))) +
              Event(ChunkObject(
@@ -998,6 +999,7 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
     const std::string text = first ? c.text : std::string();
     c.started = true;
     json choice = ChoiceDelta(index, text, nullptr, c.finish_reason, first);
+    if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
     return Event(ChunkObject(json::array({std::move(choice)})));
   }
   // An in-band Error is followed by the call's failed status (OnFailure).

@@ -484,6 +484,61 @@ TEST(OpenAiResponse, EchoLeadsTheTextAndFailuresBecomeErrorEvents) {
   EXPECT_EQ(err["error"]["type"], "service_unavailable_error");
 }
 
+TEST(OpenAiResponse, PromptLogprobsInBothForms) {
+  // The first chunk carries one entry per prompt token; the first has no context.
+  v1::GenerateResponse first = Chunk(" upon", 9, -0.5f);
+  const std::pair<int, float> prompt[] = {{5, 0.0f}, {6, -1.25f}};
+  for (const auto& [id, lp] : prompt) {
+    v1::TokenLogprobs* p = first.mutable_chunk()->add_prompt_logprobs();
+    p->set_token_id(id);
+    p->set_logprob(lp);
+    p->set_rank(id == 5 ? 0 : 3);
+    p->set_text(id == 5 ? "Once" : " more");
+    if (id == 6) {
+      v1::TopLogprob* t = p->add_top();
+      t->set_token_id(7);
+      t->set_logprob(-0.25f);
+      t->set_text(" upon");
+    }
+  }
+  // vLLM's prompt_logprobs: [null, {"id": {logprob, rank, decoded_token}}...], not streamed
+  // and in a stream's first event.
+  for (bool stream : {false, true}) {
+    ParsedRequest r = MustParse(Endpoint::kCompletions,
+                                std::string(R"({"prompt": "Once more", "prompt_logprobs": 1)") +
+                                    (stream ? R"(, "stream": true})" : "}"));
+    ResponseBuilder b(r, "cmpl-3", 5);
+    json choice;
+    const std::string events = b.OnResponse(0, first);
+    if (stream) {
+      choice = json::parse(Events(events)[0])["choices"][0];
+    } else {
+      b.OnResponse(0, Complete(v1::FINISH_REASON_LENGTH, 2, 1));
+      choice = json::parse(b.Body())["choices"][0];
+    }
+    const json& pl = choice["prompt_logprobs"];
+    ASSERT_EQ(pl.size(), 2u) << choice;
+    EXPECT_TRUE(pl[0].is_null());
+    EXPECT_EQ(pl[1]["6"]["rank"], 3);
+    EXPECT_FLOAT_EQ(pl[1]["6"]["logprob"].get<float>(), -1.25f);
+    EXPECT_EQ(pl[1]["6"]["decoded_token"], " more");
+    EXPECT_EQ(pl[1]["7"]["rank"], 1);
+  }
+  // echo with logprobs: the prompt's tokens lead the legacy logprobs, the first null.
+  ParsedRequest e =
+      MustParse(Endpoint::kCompletions, R"({"prompt": "Once more", "echo": true, "logprobs": 1})");
+  EXPECT_EQ(e.calls[0].sampling().prompt_logprobs(), 1);
+  ResponseBuilder eb(e, "cmpl-4", 5);
+  eb.OnResponse(0, first);
+  eb.OnResponse(0, Complete(v1::FINISH_REASON_LENGTH, 2, 1));
+  json lp = json::parse(eb.Body())["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json::parse(R"(["Once", " more", " upon"])"));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(lp["token_logprobs"][1].get<float>(), -1.25f);
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["text_offset"], json::parse("[0, 4, 9]"));
+}
+
 TEST(OpenAiResponse, ForcedToolCallsBecomeToolCallsStreamedOrNot) {
   const std::string body = R"({"messages": [{"role": "user", "content": "Paris?"}],
       "tools": [{"type": "function", "function": {"name": "get_weather"}},
