@@ -50,6 +50,11 @@ class SchemaCompiler {
   }
   // An integer node's bounds: minimum/maximum, exclusiveMinimum/exclusiveMaximum as numbers
   // (draft 6+) or as booleans beside minimum/maximum (draft 4).
+  // Draft 4's boolean form: "exclusiveMinimum": true makes "minimum" exclusive.
+  static bool Draft4Exclusive(const ojson& s, const char* key) {
+    auto it = s.find(key);
+    return it != s.end() && it->is_boolean() && it->get<bool>();
+  }
   static absl::Status IntegerBounds(const ojson& s, const std::string& path, SchemaNode* node) {
     // long double holds every int64 exactly, so integer bounds are exact.
     auto number = [&](const char* key, std::optional<long double>* out) -> absl::Status {
@@ -65,10 +70,7 @@ class SchemaCompiler {
       }
       return absl::OkStatus();
     };
-    auto flag = [&](const char* key) {
-      auto it = s.find(key);
-      return it != s.end() && it->is_boolean() && it->get<bool>();
-    };
+    auto flag = [&s](const char* key) { return Draft4Exclusive(s, key); };
     std::optional<long double> mn, mx, xmn, xmx;
     for (auto [key, out] :
          {std::pair{"minimum", &mn}, std::pair{"maximum", &mx}, std::pair{"exclusiveMinimum", &xmn},
@@ -93,10 +95,7 @@ class SchemaCompiler {
   // (without an exponent, which bounded numbers do not take) lies between them.
   static absl::Status NumberBounds(const ojson& s, const std::string& path, SchemaNode* node) {
     auto range = std::make_shared<NumberRange>();
-    auto flag = [&](const char* key) {
-      auto it = s.find(key);
-      return it != s.end() && it->is_boolean() && it->get<bool>();
-    };
+    auto flag = [&s](const char* key) { return Draft4Exclusive(s, key); };
     for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
       auto it = s.find(key);
       if (it == s.end() || it->is_boolean()) continue;  // draft 4's exclusive flags: below

@@ -518,7 +518,6 @@ class RegexBuilder {
     if (opt.min_length > 0) {
       // Product with a counter of code points saturating at min_length: (state, count). (The
       // maximum is held at run time against each state's distance to a match, below.)
-      const bool capped = false;
       const int top = opt.min_length;
       std::map<std::pair<int32_t, int>, int32_t> index;
       std::vector<std::pair<int32_t, int>> states = {{0, 0}};
@@ -531,7 +530,7 @@ class RegexBuilder {
         for (int c = 0; c < nc; ++c) {
           const int32_t t = next[static_cast<size_t>(d) * nc + c];
           int32_t to = -1;
-          if (t >= 0 && !(capped && k == top)) {
+          if (t >= 0) {
             const std::pair<int32_t, int> key = {t, std::min(k + 1, top)};
             auto [it, fresh] = index.emplace(key, static_cast<int32_t>(states.size()));
             if (fresh) {
