@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "common/paths.h"
+#include "common/status.h"
 
 namespace tinyserve {
 
@@ -32,6 +33,9 @@ void EngineFlags::Register(FlagSet* f) {
   f->Int("recent-pages", &recent_pages, "always-kept recent pages");
   f->Int("oracle-every", &oracle_every, "compare with the oracle every N decode steps (0: never)");
   f->String("gqa", &gqa, "quest: combine a GQA group's scores by sum (default) or max");
+  f->StringList("lora", &loras,
+                "load a LoRA adapter (GGUF, llama.cpp's format) as NAME=PATH; requests pick it by "
+                "name (repeatable)");
 }
 
 SelectionSpec EngineFlags::Selection() const {
@@ -46,9 +50,14 @@ SelectionSpec EngineFlags::Selection() const {
   return s;
 }
 
-EngineOptions EngineFlags::Build() const {
+absl::StatusOr<EngineOptions> EngineFlags::Build() const {
   EngineOptions o = options;
   o.default_selection = Selection();
+  for (const std::string& flag : loras) {
+    LoraModule m;
+    TS_RETURN_IF_ERROR(ParseLoraFlag(flag, &m.name, &m.path));
+    o.loras.push_back(std::move(m));
+  }
   return o;
 }
 

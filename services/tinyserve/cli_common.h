@@ -19,9 +19,11 @@ struct EngineFlags {
   int recent_pages = 0;
   int oracle_every = 0;
   std::string gqa;  // quest: max | sum
+  std::vector<std::string> loras;  // --lora NAME=PATH
   void Register(FlagSet* flags);
-  // Copies the selection flags into options.default_selection.
-  EngineOptions Build() const;
+  // Copies the selection flags into options.default_selection and the parsed --lora flags into
+  // options.loras; InvalidArgument for a malformed --lora.
+  absl::StatusOr<EngineOptions> Build() const;
   SelectionSpec Selection() const;
 };
 

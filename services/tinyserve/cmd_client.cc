@@ -44,6 +44,7 @@ int RunGenerateClient(const GenerateClientOptions& o) {
 
   v1::GenerateRequest req;
   req.set_request_id(o.request_id);
+  req.set_lora_adapter(o.adapter);
   if (o.chat) {
     v1::ChatMessage* m = req.mutable_chat()->add_messages();
     m->set_role("user");
@@ -134,6 +135,8 @@ int RunGenerateClient(const std::vector<std::string>& args) {
   flags.String("server", &o.server, "a TinyServe router or worker at HOST:PORT");
   flags.Double("timeout", &timeout, "deadline of the call in seconds");
   flags.String("request-id", &o.request_id, "request id (default: assigned by the server)");
+  flags.String("adapter", &o.adapter,
+               "the LoRA adapter to generate with (default: the base model)");
   ef.Register(&flags);
   sf.Register(&flags);
   security.Register(&flags);

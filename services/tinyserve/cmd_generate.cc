@@ -68,12 +68,15 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   EngineFlags ef;
   SamplingFlags sf;
   ClientSecurityFlags security;  // used by RunGenerateClient, which parses the same arguments
-  std::string prompt, trace, server;
+  std::string prompt, trace, server, adapter;
   bool chat = false;
   flags.String("prompt", &prompt, "the prompt text");
   flags.Bool("chat", &chat, "wrap the prompt as a user turn of the model's chat template");
   flags.String("trace", &trace, "write selection statistics per decode step as JSON lines");
   flags.String("server", &server, "send the request to a TinyServe server at HOST:PORT");
+  flags.String("adapter", &adapter,
+               "the LoRA adapter to generate with (a --lora NAME, or one the server loaded); "
+               "default: the only --lora given, else the base model");
   ef.Register(&flags);
   // Not in EngineFlags: `worker` registers its own --kv-dtype.
   flags.String("kv-dtype", &ef.options.kv_dtype, "KV cache storage: f16 or int8");
@@ -94,7 +97,14 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   if (prompt.empty()) return FailWith("prompt: empty prompt (pass --prompt TEXT)");
   const SamplingParams sp = sf.Build();
   Stopwatch load;
-  auto engine_or = Engine::Create(ef.Build());
+  absl::StatusOr<EngineOptions> engine_options = ef.Build();
+  if (!engine_options.ok()) return FailWith(std::string(engine_options.status().message()));
+  int lora = engine_options->loras.size() == 1 && adapter.empty() ? 1 : 0;
+  for (size_t i = 0; i < engine_options->loras.size(); ++i)
+    if (engine_options->loras[i].name == adapter) lora = static_cast<int>(i) + 1;
+  if (!adapter.empty() && lora == 0)
+    return FailWith("--adapter: no --lora adapter is named '" + adapter + "'");
+  auto engine_or = Engine::Create(*std::move(engine_options));
   if (!engine_or.ok()) return FailWith(std::string(engine_or.status().message()));
   Engine& engine = **engine_or;
   const double load_s = load.Seconds();
@@ -115,6 +125,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
     req.prompt_ids = tok.Encode(prompt, /*parse_special=*/false, tok.data().add_bos);
   }
   req.sampling = sp;
+  req.lora = lora;
   auto sink = std::make_shared<PrintSink>();
   if (auto s = engine.Submit(std::move(req), sink); !s.ok())
     return FailWith(std::string(s.message()));

@@ -190,6 +190,7 @@ int RunFollowerRank(const EngineOptions& eo, int rank, int tp_size, const std::s
   TpFollowerOptions fo;
   fo.model_path = eo.model_path;
   fo.threads = eo.threads;
+  fo.loras = eo.loras;
   const absl::Status s = RunTpFollower(fo, comm->get());
   if (!s.ok()) {
     TS_LOG(ERROR) << "tensor-parallel rank " << rank << ": " << s;
@@ -248,7 +249,9 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
-  o.engine = ef.Build();
+  absl::StatusOr<EngineOptions> engine_options = ef.Build();
+  if (!engine_options.ok()) return FailWith(std::string(engine_options.status().message()));
+  o.engine = *std::move(engine_options);
   o.engine.prefix_caching = prefix_caching;
   if (tp_size < 1) return FailWith("--tp-size must be >= 1");
   if (tp_size == 1) {

@@ -45,6 +45,7 @@ struct GenerateClientOptions {
   int budget = 0;               // selection budget; 0: the server's default
   double timeout_seconds = 120; // the call's deadline
   std::string request_id;
+  std::string adapter;          // a LoRA adapter the server loaded; empty: the base model
   bool quiet = false;           // no summary on stderr
   std::string api_key;          // sent as "authorization: Bearer <key>"
   std::string tls_ca, tls_cert, tls_key, tls_server_name;  // see worker/server/rpc_security.h

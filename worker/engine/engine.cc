@@ -119,6 +119,7 @@ class Engine::Impl {
   std::unique_ptr<TransformerRunner> runner;
   std::unique_ptr<PagedKvCache> kv;
   std::unique_ptr<CudaRunner> cuda;
+  std::vector<LoraInfo> loras;  // GenerateRequest::lora - 1
   const ModelConfig& model() const { return source->config(); }
   std::unique_ptr<PagePool> pages;
   int max_context = 0;
@@ -184,6 +185,9 @@ class Engine::Impl {
 
 absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
   if (r.prompt_ids.empty()) return absl::InvalidArgumentError("prompt: empty prompt");
+  if (r.lora < 0 || r.lora > static_cast<int>(loras.size()))
+    return absl::InvalidArgumentError(
+        absl::StrCat("lora_adapter: id ", r.lora, " is out of range [0, ", loras.size(), "]"));
   const int vocab = model().vocab_size;
   for (int32_t id : r.prompt_ids)
     if (id < 0 || id >= vocab)
@@ -733,6 +737,7 @@ bool Engine::Impl::Step() {
     in.pages = &s.pages;
     in.decode_rows = !s.verify.empty();
     in.all_logits = in.decode_rows || s.WantsPromptLogprobs();
+    in.lora = s.req.lora;
     const bool decode = chunk[i] == 1 && s.computed >= s.prompt_len;
     // A verification past the budget selects row by row (Draft checked SelectsPerRow); within
     // it the rows attend densely, their K/V read once.
@@ -751,6 +756,7 @@ bool Engine::Impl::Step() {
       e.start_pos = in.start_pos;
       e.pages = s.pages;
       e.all_logits = in.all_logits;
+      e.lora = in.lora;
       e.select = in.selector != nullptr;
       e.begin_tokens = s.computed + 1;
       e.prefill_done =
@@ -1005,6 +1011,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
       return absl::InvalidArgumentError("device cuda: tensor parallelism is CPU-only for now");
     if (kv_dtype != KvDtype::kF16)
       return absl::InvalidArgumentError("device cuda: kv_dtype must be f16");
+    if (!options.loras.empty())
+      return absl::InvalidArgumentError(
+          "device cuda: LoRA adapters (--lora) run on the CPU runner only for now");
     TS_RETURN_IF_ERROR(ValidateCudaSelection(options.default_selection));
     const int64_t per_page = CudaRunner::KvBytesPerPage(mc, options.page_size);
     if (n_pages <= 0)
@@ -1028,6 +1037,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     ro.pool = impl->pool.get();
     ro.max_positions = impl->max_context;
     TS_ASSIGN_OR_RETURN(impl->runner, TransformerRunner::Create(*impl->source, ro));
+    TS_ASSIGN_OR_RETURN(impl->loras, AddLoras(options.loras, impl->runner.get()));
     KvCacheConfig probe = impl->runner->MakeKvConfig(options.page_size, 1);
     probe.dtype = kv_dtype;
     if (n_pages <= 0)
@@ -1053,6 +1063,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     hello.kv_pages = n_pages;
     hello.n_layers = mc.n_layers;
     hello.vocab_size = mc.vocab_size;
+    hello.n_loras = static_cast<int32_t>(impl->loras.size());
     TS_RETURN_IF_ERROR(BroadcastHello(impl->tp, &hello));
     TS_RETURN_IF_ERROR(impl->tp->Barrier());
     impl->tp_last_send = NowSeconds();
@@ -1079,6 +1090,11 @@ Engine::~Engine() { Stop(); }
 absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink> sink) {
   Impl& m = *impl_;
   TS_RETURN_IF_ERROR(m.Validate(request));
+  // An adapter's K/V differ from the base model's: its prompt pages get their own hash chain.
+  if (request.lora != 0) {
+    const int32_t tag[2] = {-1, request.lora};
+    request.cache_salt = PagePool::BlockHash(request.cache_salt, tag, 2);
+  }
   auto s = std::make_unique<Sequence>();
   s->arrival = NowSeconds();
   s->prompt_len = static_cast<int>(request.prompt_ids.size());
@@ -1206,6 +1222,7 @@ const ModelConfig& Engine::model_config() const { return impl_->model(); }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
 const EngineOptions& Engine::options() const { return impl_->opts; }
 int Engine::max_context() const { return impl_->max_context; }
+const std::vector<LoraInfo>& Engine::loras() const { return impl_->loras; }
 
 namespace {
 class ProbeSink : public RequestSink {

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/model/lora_adapter.h"
 #include "worker/model/model_config.h"
 #include "worker/sampling/sampling_params.h"
 #include "worker/select/selection_spec.h"
@@ -64,6 +65,9 @@ struct EngineOptions {
   // tp_heartbeat_seconds so a dead rank is noticed (Engine::TpStatus) without traffic.
   Communicator* tp_comm = nullptr;
   double tp_heartbeat_seconds = 1.0;
+  // LoRA adapters (worker/model/lora_adapter.h) loaded at start and served side by side: a
+  // request picks one by GenerateRequest::lora. CPU runner only.
+  std::vector<LoraModule> loras;
 };
 
 enum class FinishReason { kLength, kEos, kStopToken, kStopString, kAbort, kDeadline, kError };
@@ -136,6 +140,9 @@ struct GenerateRequest {
   // prompt, replayed through stop strings and constraints without being sent again, and
   // counted in max_tokens; generation continues after it.
   std::vector<int32_t> continuation_ids;
+  // 1 + the index of a LoRA adapter in EngineOptions::loras; 0: the base model. Its cached
+  // prompt pages are shared only with requests of the same adapter.
+  int lora = 0;
 };
 
 // Engine-wide counters and gauges, read by metrics and by the router's load reports.
@@ -199,6 +206,8 @@ class Engine {
   const Tokenizer& tokenizer() const;
   const EngineOptions& options() const;
   int max_context() const;
+  // The loaded LoRA adapters, in EngineOptions::loras order (GenerateRequest::lora - 1).
+  const std::vector<LoraInfo>& loras() const;
   // A one-token forward on a scratch sequence: the deep health probe.
   absl::Status HealthProbe();
   // OK unless the tensor-parallel group failed (a collective error or timeout: a rank died).

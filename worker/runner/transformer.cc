@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dequant.h"
 #include "worker/kv/kv_span.h"
+#include "worker/model/lora_adapter.h"
 #include "worker/model/weight_source.h"
 #include "worker/tp/communicator.h"
 
@@ -46,7 +47,71 @@ absl::StatusOr<std::vector<float>> LoadVector(const WeightSource& src, const std
 
 std::string Blk(int i, const char* what) { return absl::StrCat("blk.", i, ".", what); }
 
+// Rows [r0, r1) of a 2-D tensor of `cols` elements per row, columns [c0, c1), as floats.
+absl::StatusOr<std::vector<float>> TensorBlock(const TensorRef& t, int64_t r0, int64_t r1,
+                                               int64_t c0, int64_t c1) {
+  const int64_t cols = t.ne[0];
+  const size_t row_bytes = GgmlRowBytes(t.type, cols);
+  std::vector<float> row(cols), out;
+  out.reserve(static_cast<size_t>((r1 - r0) * (c1 - c0)));
+  for (int64_t r = r0; r < r1; ++r) {
+    absl::Status st =
+        DequantizeRow(t.type, t.data + static_cast<size_t>(r) * row_bytes, row.data(), cols);
+    if (!st.ok())
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", st.message()));
+    out.insert(out.end(), row.begin() + c0, row.begin() + c1);
+  }
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<int> TransformerRunner::AddLora(const LoraAdapter& adapter) {
+  const ModelConfig& c = config_;
+  const int hd = c.head_dim;
+  const bool ws1 = options_.world_size == 1;
+  const int64_t qd = int64_t{c.n_heads} * hd, kd = int64_t{c.n_kv_heads} * hd;
+  const int64_t q0 = int64_t{head_start_} * hd, q1 = q0 + int64_t{heads_local_} * hd;
+  const int64_t k0 = int64_t{kv_start_} * hd, k1 = k0 + int64_t{kv_local_} * hd;
+  const int64_t f0 = int64_t{options_.rank} * ffn_local_, f1 = f0 + ffn_local_;
+  // The update of `weight` restricted to output rows [o0, o1) (B's rows) and input columns
+  // [i0, i1) (A's columns); -1 for all.
+  auto delta = [&](const std::string& weight, int64_t o0, int64_t o1, int64_t i0,
+                   int64_t i1) -> absl::StatusOr<LoraDelta> {
+    const LoraPair* p = adapter.Find(weight);
+    if (p == nullptr) return LoraDelta{};
+    const int64_t r = p->rank(), in = p->a.ne[0], out = p->b.ne[1];
+    if (o0 < 0) o0 = 0, o1 = out;
+    if (i0 < 0) i0 = 0, i1 = in;
+    TS_ASSIGN_OR_RETURN(std::vector<float> a, TensorBlock(p->a, 0, r, i0, i1));
+    TS_ASSIGN_OR_RETURN(std::vector<float> b, TensorBlock(p->b, o0, o1, 0, r));
+    const float scale = adapter.Scale(*p);
+    for (float& x : b) x *= scale;
+    return LoraDelta{MatrixFromFloats(a.data(), r, i1 - i0),
+                     MatrixFromFloats(b.data(), o1 - o0, r)};
+  };
+  std::vector<LoraLayer> layers(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LoraLayer& L = layers[i];
+    if (c.arch == Arch::kGpt2) {
+      const std::string qkv = Blk(i, "attn_qkv.weight");
+      TS_ASSIGN_OR_RETURN(L.q, delta(qkv, q0, q1, -1, -1));
+      TS_ASSIGN_OR_RETURN(L.k, delta(qkv, qd + k0, qd + k1, -1, -1));
+      TS_ASSIGN_OR_RETURN(L.v, delta(qkv, qd + kd + k0, qd + kd + k1, -1, -1));
+    } else {
+      TS_ASSIGN_OR_RETURN(L.q, delta(Blk(i, "attn_q.weight"), ws1 ? -1 : q0, q1, -1, -1));
+      TS_ASSIGN_OR_RETURN(L.k, delta(Blk(i, "attn_k.weight"), ws1 ? -1 : k0, k1, -1, -1));
+      TS_ASSIGN_OR_RETURN(L.v, delta(Blk(i, "attn_v.weight"), ws1 ? -1 : k0, k1, -1, -1));
+      TS_ASSIGN_OR_RETURN(L.gate, delta(Blk(i, "ffn_gate.weight"), ws1 ? -1 : f0, f1, -1, -1));
+    }
+    TS_ASSIGN_OR_RETURN(L.up, delta(Blk(i, "ffn_up.weight"), ws1 ? -1 : f0, f1, -1, -1));
+    // Row-parallel weights: this rank's input columns; the all-reduce sums the parts.
+    TS_ASSIGN_OR_RETURN(L.o, delta(Blk(i, "attn_output.weight"), -1, -1, ws1 ? -1 : q0, q1));
+    TS_ASSIGN_OR_RETURN(L.down, delta(Blk(i, "ffn_down.weight"), -1, -1, ws1 ? -1 : f0, f1));
+  }
+  loras_.push_back(std::move(layers));
+  return static_cast<int>(loras_.size());
+}
 
 absl::StatusOr<std::unique_ptr<TransformerRunner>> TransformerRunner::Create(
     const WeightSource& source, const RunnerOptions& options) {
@@ -184,6 +249,22 @@ absl::Status TransformerRunner::Load(const WeightSource& src) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<LoraInfo>> AddLoras(const std::vector<LoraModule>& modules,
+                                               TransformerRunner* runner) {
+  std::vector<LoraInfo> infos;
+  for (const LoraModule& m : modules) {
+    for (const LoraInfo& i : infos)
+      if (i.name == m.name)
+        return absl::InvalidArgumentError(
+            absl::StrCat("--lora: adapter name '", m.name, "' is given twice"));
+    TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraAdapter> a,
+                        LoraAdapter::Open(m.name, m.path, runner->config()));
+    TS_RETURN_IF_ERROR(runner->AddLora(*a).status());
+    infos.push_back({m.name, m.path, a->max_rank(), a->alpha(), static_cast<int>(a->num_pairs())});
+  }
+  return infos;
+}
+
 KvCacheConfig TransformerRunner::MakeKvConfig(int page_size, int64_t num_pages) const {
   KvCacheConfig k;
   k.n_layers = config_.n_layers;
@@ -265,9 +346,34 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     }
 
   ThreadPool* pool = options_.pool;
-  auto matmul = [&](const Matrix& w, const float* in, float* out) {
+  bool any_lora = false;
+  for (const SeqInput& in : batch) {
+    if (in.lora < 0 || in.lora > num_loras())
+      return absl::InvalidArgumentError(
+          absl::StrCat("LoRA adapter id ", in.lora, " is out of range [0, ", num_loras(), "]"));
+    any_lora |= in.lora != 0;
+  }
+  // y = x·Wᵀ for every row, then each run of consecutive sequences with the same adapter adds
+  // its update (x·Aᵀ)·Bᵀ on its rows (B carries the scale).
+  auto matmul = [&](const Matrix& w, const float* in, float* out,
+                    LoraDelta LoraLayer::*update = nullptr, int layer = 0) {
     Stopwatch sw;
     MatMul(w, in, T, out, pool);
+    if (any_lora && update != nullptr) {
+      for (size_t s0 = 0, s1; s0 < batch.size(); s0 = s1) {
+        s1 = s0 + 1;
+        while (s1 < batch.size() && batch[s1].lora == batch[s0].lora) ++s1;
+        if (batch[s0].lora == 0) continue;
+        const LoraDelta& d = loras_[batch[s0].lora - 1][layer].*update;
+        if (d.a.rows == 0) continue;
+        const int64_t t0 = row0[s0], n = row0[s1] - row0[s0];
+        lora_r_.resize(static_cast<size_t>(n * d.a.rows));
+        lora_y_.resize(static_cast<size_t>(n * w.rows));
+        MatMul(d.a, in + t0 * w.cols, n, lora_r_.data(), pool);
+        MatMul(d.b, lora_r_.data(), n, lora_y_.data(), pool);
+        AddInPlace(out + t0 * w.rows, lora_y_.data(), static_cast<int>(n * w.rows));
+      }
+    }
     timings_.matmul += sw.Seconds();
   };
   // Row-wise work (norms, RoPE, SwiGLU, residual adds) on the pool's threads for prefill-sized
@@ -295,9 +401,9 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[l];
     norm_rows(L.attn_norm_w, L.attn_norm_b);
-    matmul(L.wq, xn_.data(), q_.data());
-    matmul(L.wk, xn_.data(), k_.data());
-    matmul(L.wv, xn_.data(), v_.data());
+    matmul(L.wq, xn_.data(), q_.data(), &LoraLayer::q, l);
+    matmul(L.wk, xn_.data(), k_.data(), &LoraLayer::k, l);
+    matmul(L.wv, xn_.data(), v_.data(), &LoraLayer::v, l);
     AddBias(q_.data(), L.bq, T, qdim);
     AddBias(k_.data(), L.bk, T, kdim);
     AddBias(v_.data(), L.bv, T, kdim);
@@ -327,26 +433,26 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     Stopwatch sw;
     Attention(l, batch, row0, seq_of_row, kv);
     timings_.attention += sw.Seconds();
-    matmul(L.wo, att_.data(), proj_.data());
+    matmul(L.wo, att_.data(), proj_.data(), &LoraLayer::o, l);
     AddBias(proj_.data(), L.bo, T, D);
     TS_RETURN_IF_ERROR(AllReduce(proj_.data(), proj_.size()));
     add_rows(x_.data(), proj_.data(), D);
 
     norm_rows(L.ffn_norm_w, L.ffn_norm_b);
     if (c.arch == Arch::kGpt2) {
-      matmul(L.w_up, xn_.data(), up_.data());
+      matmul(L.w_up, xn_.data(), up_.data(), &LoraLayer::up, l);
       AddBias(up_.data(), L.b_up, T, ffn_local_);
       GeluNew(up_.data(), T * ffn_local_);
-      matmul(L.w_down, up_.data(), proj_.data());
+      matmul(L.w_down, up_.data(), proj_.data(), &LoraLayer::down, l);
     } else {
-      matmul(L.w_gate, xn_.data(), gate_.data());
-      matmul(L.w_up, xn_.data(), up_.data());
+      matmul(L.w_gate, xn_.data(), gate_.data(), &LoraLayer::gate, l);
+      matmul(L.w_up, xn_.data(), up_.data(), &LoraLayer::up, l);
       by_rows([&](int t0, int t1) {
         // Row by row, so that a row's vector/tail split does not depend on the thread split.
         const size_t f = static_cast<size_t>(ffn_local_);
         for (int t = t0; t < t1; ++t) SwiGlu(&gate_[t * f], &up_[t * f], ffn_local_);
       });
-      matmul(L.w_down, gate_.data(), proj_.data());
+      matmul(L.w_down, gate_.data(), proj_.data(), &LoraLayer::down, l);
     }
     AddBias(proj_.data(), L.b_down, T, D);
     TS_RETURN_IF_ERROR(AllReduce(proj_.data(), proj_.size()));

@@ -24,6 +24,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "worker/kv/paged_kv_cache.h"
+#include "worker/model/lora_adapter.h"
 #include "worker/model/model_config.h"
 #include "worker/runner/attention_selector.h"
 
@@ -56,6 +57,7 @@ struct SeqInput {
   // prefill chunk.
   bool decode_rows = false;
   AttentionSelector* selector = nullptr;  // decode token selection; null = dense
+  int lora = 0;  // a LoRA adapter's id (TransformerRunner::AddLora); 0: the base model
 };
 
 // Time spent per phase in the last Forward (seconds), for instrumentation.
@@ -81,11 +83,26 @@ class TransformerRunner {
                        std::vector<float>* logits);
   const ForwardTimings& last_timings() const { return timings_; }
 
+  // Adds a LoRA adapter (this rank's shard of its updates, in F32 with its scale folded into B)
+  // and returns its id for SeqInput::lora: 1, 2, ... in the order added. A row with an adapter
+  // gets y = x·Wᵀ + scale·(x·Aᵀ)·Bᵀ on each weight the adapter updates, as llama.cpp computes
+  // it; rows of other adapters or none in the same batch are untouched.
+  absl::StatusOr<int> AddLora(const LoraAdapter& adapter);
+  int num_loras() const { return static_cast<int>(loras_.size()); }
+
  private:
   struct Layer {
     std::vector<float> attn_norm_w, attn_norm_b, ffn_norm_w, ffn_norm_b;
     Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
     std::vector<float> bq, bk, bv, bo, b_up, b_down;  // empty when absent (or not this rank's)
+  };
+
+  // One weight's update: a [r][in], b [out][r] (this rank's rows or columns); a.rows == 0: none.
+  struct LoraDelta {
+    Matrix a, b;
+  };
+  struct LoraLayer {
+    LoraDelta q, k, v, o, gate, up, down;
   };
 
   TransformerRunner() = default;
@@ -104,12 +121,18 @@ class TransformerRunner {
   Matrix token_embd_, position_embd_, output_;
   std::vector<float> output_norm_w_, output_norm_b_;
   std::vector<Layer> layers_;
+  std::vector<std::vector<LoraLayer>> loras_;  // [adapter id - 1][layer]
   std::unique_ptr<RopeTable> rope_;
   int64_t weight_bytes_ = 0;
   ForwardTimings timings_;
 
   // Scratch, reused across calls: [T][...] activations.
-  std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, hidden_;
+  std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, hidden_, lora_r_, lora_y_;
 };
+
+// Opens each adapter against the runner's model and adds it (ids 1, 2, ... in order). Names must
+// be distinct; an error names the adapter and what is wrong with it.
+absl::StatusOr<std::vector<LoraInfo>> AddLoras(const std::vector<LoraModule>& modules,
+                                               TransformerRunner* runner);
 
 }  // namespace tinyserve

@@ -28,6 +28,7 @@ constexpr uint64_t kTextKind = 0x7465787400000000ull;   // "text"
 constexpr uint64_t kTokenKind = 0x746F6B6E00000000ull;  // "tokn"
 
 constexpr uint64_t kSaltKind = 0x73616C7400000000ull;  // "salt"
+constexpr uint64_t kLoraKind = 0x6C6F726100000000ull;  // "lora"
 
 std::vector<uint64_t> HashText(std::string_view text, uint64_t parent) {
   std::vector<uint64_t> out;
@@ -45,7 +46,8 @@ uint64_t CacheSaltSeed(std::string_view salt) {
 }
 
 std::vector<uint64_t> PromptBlockHashes(const tinyserve::v1::GenerateRequest& request) {
-  const uint64_t seed = CacheSaltSeed(request.cache_salt());
+  uint64_t seed = CacheSaltSeed(request.cache_salt());
+  if (!request.lora_adapter().empty()) seed = HashBlock(seed, kLoraKind, request.lora_adapter());
   switch (request.prompt_case()) {
     case tinyserve::v1::GenerateRequest::kText:
       return HashText(request.text(), seed);

@@ -8,7 +8,8 @@
 // conversation, not only its first turn). Block i's hash covers blocks 0..i (it is seeded with
 // block i-1's hash), so two prompts share their first k hashes exactly when they share their
 // first k blocks. Only full blocks are hashed. The hash is deterministic across processes.
-// A request's cache_salt seeds the chain, so salted prompts match only the same salt.
+// A request's cache_salt and LoRA adapter seed the chain, so salted prompts match only the same
+// salt, and an adapter's prompts only the same adapter's (its KV pages differ from the base's).
 #pragma once
 
 #include <cstdint>

@@ -73,8 +73,8 @@ GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext
     return;
   }
   Engine& engine = *state_->engine;
-  absl::StatusOr<GenerateRequest> converted =
-      ToEngineRequest(request, engine.tokenizer(), engine.options().default_selection);
+  absl::StatusOr<GenerateRequest> converted = ToEngineRequest(
+      request, engine.tokenizer(), engine.options().default_selection, engine.loras());
   if (!converted.ok()) {
     Reject(ToGrpcStatus(converted.status()));
     return;

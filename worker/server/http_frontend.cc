@@ -391,6 +391,7 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
   openai::ServedModel m;
   m.name = info.name().empty() ? info.path() : info.name();
   m.max_context = info.max_context();
+  for (const v1::LoraAdapterInfo& a : info.lora_adapters()) m.loras.push_back(a.name());
   std::lock_guard<std::mutex> lock(mu_);
   model_ = m;
   model_info_ = info;
@@ -474,15 +475,29 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
 int HttpFrontend::Models(mg_connection* conn, const std::string&) {
   auto model = Model();
   if (!model.ok()) return SendError(conn, model.status());
-  std::string path;
+  v1::ModelInfo info;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    path = model_info_.path();
+    info = model_info_;
   }
-  json entry = {{"id", model->name}, {"object", "model"},
-                {"created", 0},      {"owned_by", "tinyserve"},
-                {"root", path},      {"max_model_len", model->max_context}};
-  return SendBody(conn, 200, Dump({{"object", "list"}, {"data", json::array({entry})}}));
+  // vLLM's form: the base model, then each LoRA adapter with the base as its parent.
+  json data = json::array();
+  data.push_back({{"id", model->name},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "tinyserve"},
+                  {"root", info.path()},
+                  {"parent", nullptr},
+                  {"max_model_len", model->max_context}});
+  for (const v1::LoraAdapterInfo& a : info.lora_adapters())
+    data.push_back({{"id", a.name()},
+                    {"object", "model"},
+                    {"created", 0},
+                    {"owned_by", "tinyserve"},
+                    {"root", a.path()},
+                    {"parent", model->name},
+                    {"max_model_len", model->max_context}});
+  return SendBody(conn, 200, Dump({{"object", "list"}, {"data", std::move(data)}}));
 }
 
 int HttpFrontend::Tokenize(mg_connection* conn, const std::string& body) {

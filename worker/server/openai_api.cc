@@ -522,6 +522,16 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
     }
   }
   if (auto v = f.String("cache_salt")) base->set_cache_salt(*v);
+  if (const auto name = f.String("model"); name && !model.loras.empty() && *name != model.name) {
+    if (std::find(model.loras.begin(), model.loras.end(), *name) == model.loras.end()) {
+      absl::Status st = absl::NotFoundError(
+          absl::StrCat("The model `", name->substr(0, 80), "` does not exist (served: ", model.name,
+                       ", ", absl::StrJoin(model.loras, ", "), ")."));
+      st.SetPayload(kParamPayload, absl::Cord("model"));
+      return st;
+    }
+    base->set_lora_adapter(*name);
+  }
   if (auto v = f.Integer("priority", std::numeric_limits<int32_t>::min(), int_max)) {
     base->set_priority(static_cast<int32_t>(*v));
   }

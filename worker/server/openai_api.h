@@ -57,6 +57,10 @@ inline constexpr char kParamPayload[] = "tinyserve.openai/param";
 struct ServedModel {
   std::string name;
   int max_context = 0;
+  // The LoRA adapters loaded: a request whose "model" names one runs with it. With any loaded,
+  // a "model" that is neither the base model's name nor an adapter's is a 404 (vLLM's
+  // "model does not exist"); with none, any "model" is served by the base model.
+  std::vector<std::string> loras;
 };
 
 // One OpenAI request: Generate calls[i] produces choice i (prompt p, sample j: i = p * n + j).

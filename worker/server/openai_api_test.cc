@@ -13,7 +13,7 @@ namespace {
 using json = nlohmann::ordered_json;
 namespace v1 = tinyserve::v1;
 
-const ServedModel kModel{"SmolLM2-135M-Instruct", 8192};
+const ServedModel kModel{"SmolLM2-135M-Instruct", 8192, {}};
 
 ParsedRequest MustParse(Endpoint endpoint, const std::string& body) {
   auto r = ParseRequest(endpoint, body, kModel, "req");

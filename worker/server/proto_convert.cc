@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "worker/server/block_hash.h"
 
 namespace tinyserve {
@@ -54,7 +55,8 @@ SamplingParams ToSampling(const v1::SamplingOptions& s) {
 
 absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                 const Tokenizer& tokenizer,
-                                                const SelectionSpec& default_selection) {
+                                                const SelectionSpec& default_selection,
+                                                const std::vector<LoraInfo>& loras) {
   GenerateRequest out;
   const int vocab = tokenizer.vocab_size();
   switch (request.prompt_case()) {
@@ -106,6 +108,17 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
 
   out.sampling = ToSampling(request.sampling());
   out.cache_salt = CacheSaltSeed(request.cache_salt());
+  if (!request.lora_adapter().empty()) {
+    for (size_t i = 0; i < loras.size() && out.lora == 0; ++i)
+      if (loras[i].name == request.lora_adapter()) out.lora = static_cast<int>(i) + 1;
+    if (out.lora == 0) {
+      std::vector<std::string> names;
+      for (const LoraInfo& l : loras) names.push_back(l.name);
+      return absl::InvalidArgumentError(
+          absl::StrCat("lora_adapter: no adapter named '", request.lora_adapter().substr(0, 80),
+                       "' (loaded: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
+    }
+  }
   out.priority = request.priority();
   out.continuation_ids.assign(request.continuation_ids().begin(), request.continuation_ids().end());
   if (auto s = CheckIds(request.sampling().stop_token_ids(), vocab, "sampling.stop_token_ids");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "tinyserve/v1/tinyserve.pb.h"
@@ -15,9 +16,11 @@ namespace tinyserve {
 
 // Builds the engine request (prompt tokenized, defaults applied; request_id and deadline are
 // left to the caller). default_selection: the server's policy, which set fields override.
+// loras: the loaded adapters, which lora_adapter names.
 absl::StatusOr<GenerateRequest> ToEngineRequest(const tinyserve::v1::GenerateRequest& request,
                                                 const Tokenizer& tokenizer,
-                                                const SelectionSpec& default_selection);
+                                                const SelectionSpec& default_selection,
+                                                const std::vector<LoraInfo>& loras = {});
 
 tinyserve::v1::FinishReason ToProtoFinishReason(FinishReason reason);
 // Fills Complete.usage, timing and selection from the engine's usage.

@@ -115,6 +115,14 @@ grpc::ServerUnaryReactor* TinyServeService::GetModelInfo(grpc::CallbackServerCon
   response->set_eos_id(engine.tokenizer().eos_id());
   response->set_default_policy(engine.options().default_selection.policy);
   response->set_tp_size(engine.options().tp_size);
+  for (const LoraInfo& l : engine.loras()) {
+    v1::LoraAdapterInfo* a = response->add_lora_adapters();
+    a->set_name(l.name);
+    a->set_path(SanitizeUtf8(l.path));
+    a->set_rank(l.max_rank);
+    a->set_alpha(l.alpha);
+    a->set_tensors(l.tensors);
+  }
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -109,6 +109,7 @@ std::string EncodeStepMessage(const StepMessage& m) {
                           (e.prefill_done ? 4 : 0) | (e.has_spec ? 8 : 0);
     w.Put<uint8_t>(flags);
     w.Put<int64_t>(e.begin_tokens);
+    w.Put<int32_t>(e.lora);
     if (e.has_spec) {
       PutSpec(w, e.spec);
       w.Put<uint64_t>(e.seed);
@@ -130,7 +131,7 @@ absl::StatusOr<StepMessage> DecodeStepMessage(const std::string& bytes) {
   for (StepEntry& e : m.entries) {
     uint8_t flags = 0;
     if (!r.Get(&e.seq) || !r.Vec(&e.tokens) || !r.Get(&e.start_pos) || !r.Vec(&e.pages) ||
-        !r.Get(&flags) || !r.Get(&e.begin_tokens))
+        !r.Get(&flags) || !r.Get(&e.begin_tokens) || !r.Get(&e.lora))
       return bad();
     e.all_logits = flags & 1;
     e.select = flags & 2;

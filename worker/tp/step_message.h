@@ -7,7 +7,8 @@
 //     shutdown (followers return);
 //   - finished: sequence ids whose selection policies the followers drop;
 //   - reset_pages: pages (re)allocated since the previous message (PagedKvCache::ResetPage);
-//   - entries: the batch in order: tokens, start_pos and page table, all_logits, and the
+//   - entries: the batch in order: tokens, start_pos and page table, all_logits, the LoRA
+//     adapter, and the
 //     policy calls around the forward (BeginStep(begin_tokens) when `select`, OnPrefill
 //     afterwards when `prefill_done`), with the SelectionSpec and seed the first time a
 //     sequence appears so the follower can create its own Policy.
@@ -33,6 +34,7 @@ struct StepEntry {
   int64_t start_pos = 0;
   std::vector<int32_t> pages;       // page table covering [0, start_pos + tokens.size())
   bool all_logits = false;
+  int32_t lora = 0;                 // SeqInput::lora
   bool select = false;              // BeginStep(begin_tokens) before, EndStep after the forward
   int64_t begin_tokens = 0;
   bool prefill_done = false;        // OnPrefill(start_pos + tokens.size()) after the forward
@@ -65,6 +67,7 @@ struct TpHello {
   int32_t max_context = 0;
   int64_t kv_pages = 0;
   int32_t n_layers = 0, vocab_size = 0;  // checked against the follower's model
+  int32_t n_loras = 0;                   // and its LoRA adapters
 };
 absl::Status BroadcastHello(Communicator* comm, TpHello* hello);  // in on rank 0, out elsewhere
 

@@ -15,9 +15,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/model/lora_adapter.h"
 #include "worker/tp/communicator.h"
 
 namespace tinyserve {
@@ -25,6 +27,7 @@ namespace tinyserve {
 struct TpFollowerOptions {
   std::string model_path;
   int threads = 1;
+  std::vector<LoraModule> loras;  // as rank 0's EngineOptions::loras
 };
 
 class TpFollower {

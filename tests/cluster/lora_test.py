@@ -1,0 +1,187 @@
+"""Multi-LoRA serving: a worker started with `--lora NAME=PATH` adapters, behind a router.
+
+  python lora_test.py --binary build/bin/tinyserve [unittest args]
+
+Cases:
+  matches_llama_cpp   SmolLM2-135M-Instruct with two random adapters (scripts/make_lora_adapter.py,
+                      byte-identical to the ones scripts/make_lora_goldens.py gave llama.cpp):
+                      /v1/models lists them with the base as parent; prompt logprobs per adapter
+                      (HTTP, "model": NAME) and greedy tokens (gRPC lora_adapter, base and both
+                      adapters in one batch) match llama.cpp's (tests/golden/smollm2/lora.json);
+                      an adapter's prompt does not reuse the base model's cached pages, but
+                      its own
+  bad_adapters        stories260K: a worker given a missing file, a model instead of an adapter
+                      or one name twice exits non-zero naming it; an unknown lora_adapter is
+                      INVALID_ARGUMENT naming the field and an unknown "model" a 404 once
+                      adapters are loaded (any "model" is served by the base without them)
+"""
+import concurrent.futures
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import urllib.request
+
+import grpc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import cluster_lib as cl  # noqa: E402
+import cluster_test as ct  # noqa: E402  (request/generate helpers)
+import make_lora_adapter  # noqa: E402
+from openai_http_test import post  # noqa: E402  (raw POST: status, JSON body)
+
+GOLDEN = os.path.join(HERE, "..", "golden", "smollm2", "lora.json")
+
+
+def get(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+        return json.loads(r.read())
+
+
+class LoraTest(cl.ClusterCase):
+
+    def make_adapters(self, model, presets):
+        """{preset: path} of freshly generated adapters for `model`."""
+        tmp = tempfile.mkdtemp(prefix="tinyserve-lora-")
+        out = {}
+        for preset in presets:
+            out[preset] = os.path.join(tmp, preset + ".gguf")
+            make_lora_adapter.write(model, out[preset], preset)
+        return out
+
+    def test_matches_llama_cpp(self):
+        model = cl.smollm2_model(self)
+        with open(GOLDEN) as f:
+            golden = json.load(f)
+        with open(model, "rb") as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), golden["model_sha256"])
+        paths = self.make_adapters(model, golden["adapters"])
+        for name, info in golden["adapters"].items():
+            self.assertEqual(make_lora_adapter.sha256(paths[name]), info["sha256"],
+                             f"{name}: the generator no longer writes the golden's adapter")
+        w = self.cluster.worker("--model", model, "--max-step-tokens", "64",
+                                *[a for n, p in sorted(paths.items()) for a in ("--lora", f"{n}={p}")])
+        r = self.cluster.router([w])
+
+        models = get(r.http_port, "/v1/models")["data"]
+        base_name = models[0]["id"]
+        self.assertEqual([m["id"] for m in models], [base_name] + sorted(paths))
+        self.assertIsNone(models[0]["parent"])
+        for m in models[1:]:
+            self.assertEqual(m["parent"], base_name)
+            self.assertEqual(m["root"], paths[m["id"]])
+
+        # Prompt logprobs, per adapter. llama.cpp differs from itself by up to 0.27 on these
+        # texts between batch sizes (tests/cluster/openai_http_test.py prompt_logprobs).
+        report = {}
+        for name, out in golden["outputs"].items():
+            worst, total, n = 0.0, 0.0, 0
+            for case in out["texts"]:
+                ids = case["ids"]
+                status, body = post(r.http_port, "/v1/completions", {
+                    "model": base_name if name == "base" else name, "prompt": ids,
+                    "max_tokens": 1, "temperature": 0, "prompt_logprobs": 1})
+                self.assertEqual(status, 200, body)
+                got = body["choices"][0]["prompt_logprobs"]
+                for i, want in enumerate(case["positions"], start=1):
+                    mine = got[i][str(ids[i])]
+                    d = abs(mine["logprob"] - want["logprob"])
+                    self.assertLess(d, 0.5, (name, case["text"][:30], i, mine, want))
+                    if want["top"][0][1] - want["top"][1][1] > 0.5:  # no near tie: same best
+                        best = max(got[i].items(), key=lambda kv: kv[1]["logprob"])
+                        self.assertEqual(int(best[0]), want["top"][0][0], (name, i))
+                    worst, total, n = max(worst, d), total + d, n + 1
+            self.assertLess(total / n, 0.15, name)
+            report[name] = (round(worst, 3), round(total / n, 4))
+        print(f"prompt logprobs vs llama.cpp (largest, mean difference): {report}")
+        # The adapters change the model: their logprobs are far from the base's.
+        for name in golden["adapters"]:
+            diffs = [abs(a["logprob"] - b["logprob"])
+                     for ta, tb in zip(golden["outputs"][name]["texts"],
+                                       golden["outputs"]["base"]["texts"])
+                     for a, b in zip(ta["positions"], tb["positions"])]
+            self.assertGreater(sum(diffs) / len(diffs), 0.3, name)
+
+        # Greedy tokens, the base and both adapters in flight together (one batch), compared
+        # up to llama.cpp's first near tie (a gap under 0.5 between its two best logits).
+        def run(item):
+            name, g = item
+            req = ct.request(ids=g["prompt_ids"], max_tokens=len(g["tokens"]), ignore_eos=True)
+            if name != "base":
+                req.lora_adapter = name
+            return ct.generate(r.address, req, timeout=120)
+
+        items = [(name, g) for name, out in golden["outputs"].items() for g in out["greedy"]]
+        with concurrent.futures.ThreadPoolExecutor(len(items)) as pool:
+            results = list(pool.map(run, items))
+        compared = 0
+        for (name, g), res in zip(items, results):
+            self.assertEqual(res.code, grpc.StatusCode.OK, (name, res.details))
+            for i, (mine, want, gap) in enumerate(zip(res.ids, g["tokens"], g["gaps"])):
+                if gap < 0.5:
+                    break
+                self.assertEqual(mine, want, (name, g["prompt"][:30], i, res.text, g["text"]))
+                compared += 1
+        self.assertGreaterEqual(compared, 60, "too few greedy tokens compared")
+        outputs = {name: [g["tokens"] for g in out["greedy"]] for name, out in golden["outputs"].items()}
+        self.assertNotEqual(outputs["all-r8"], outputs["base"])
+        self.assertNotEqual(outputs["attn-r4"], outputs["base"])
+
+        # Prefix cache: the base model's cached pages of a prompt are not an adapter's.
+        text = golden["outputs"]["base"]["texts"][0]["text"]
+        def cached(model_name):
+            status, body = post(r.http_port, "/v1/completions", {
+                "model": model_name, "prompt": text, "max_tokens": 1, "temperature": 0})
+            self.assertEqual(status, 200, body)
+            return body["usage"]["prompt_tokens_details"]["cached_tokens"]
+        cached(base_name)
+        self.assertGreater(cached(base_name), 0)
+        self.assertEqual(cached("all-r8"), 0)
+        self.assertGreater(cached("all-r8"), 0)
+        self.assertEqual(cached("attn-r4"), 0)
+
+    def test_bad_adapters(self):
+        paths = self.make_adapters(self.cluster.model, ["attn-r4"])
+        good = f"tiny={paths['attn-r4']}"
+        for args, needle in [
+                (["--lora", "x=/nonexistent/a.gguf"], "no such file /nonexistent/a.gguf"),
+                (["--lora", f"x={self.cluster.model}"], "not a LoRA adapter: it has no general.type"),
+                (["--lora", good, "--lora", good], "'tiny' is given twice"),
+                (["--lora", "x"], "expected NAME=PATH")]:
+            w = self.cluster.worker(*args, ready=False)
+            self.assertNotEqual(w.wait(timeout=60), 0, args)
+            with open(os.path.join(self.cluster.log_dir, f"worker-{w.port}.log")) as f:
+                self.assertIn(needle, f.read(), args)
+
+        w = self.cluster.worker("--lora", good)
+        r = self.cluster.router([w])
+        req = ct.request("Once upon a time", max_tokens=4)
+        req.lora_adapter = "nope"
+        res = ct.generate(r.address, req)
+        self.assertEqual(res.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("lora_adapter: no adapter named 'nope' (loaded: tiny)", res.details)
+        req.lora_adapter = "tiny"
+        self.assertEqual(ct.generate(r.address, req).code, grpc.StatusCode.OK)
+        status, body = post(r.http_port, "/v1/completions",
+                            {"model": "nope", "prompt": "Once", "max_tokens": 2})
+        self.assertEqual(status, 404, body)
+        self.assertEqual(body["error"]["param"], "model")
+        self.assertIn("does not exist", body["error"]["message"])
+        status, body = post(r.http_port, "/v1/chat/completions", {
+            "model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["model"], "tiny")
+        # Without adapters, any "model" is the base model (as before).
+        plain = self.cluster.worker()
+        r2 = self.cluster.router([plain])
+        status, body = post(r2.http_port, "/v1/completions",
+                            {"model": "anything", "prompt": "Once", "max_tokens": 2})
+        self.assertEqual(status, 200, body)
+
+
+if __name__ == "__main__":
+    ct.S = cl.stubs()
+    sys.exit(cl.run_tests())

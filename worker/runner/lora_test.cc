@@ -1,0 +1,362 @@
+// LoRA adapters in the CPU runner (worker/model/lora_adapter.h, TransformerRunner::AddLora):
+//   - rows with an adapter equal the base model with merged weights W + scale·B·A (computed
+//     here, independently of the runner's low-rank path), and rows without equal the base;
+//   - a batch mixing adapters and the base gives each sequence its own run's logits;
+//   - two tensor-parallel half-shards with the adapter sum to the unsharded result;
+//   - malformed adapters are refused at open with an error naming what is wrong.
+// On stories260K (F32 llama). The end-to-end check against llama.cpp with a LoRA on
+// SmolLM2-135M is tests/cluster/lora_test.py.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "common/fp16.h"
+#include "common/paths.h"
+#include "common/status.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/dequant.h"
+#include "worker/gguf/gguf_test_util.h"
+#include "worker/model/lora_adapter.h"
+#include "worker/model/weight_source.h"
+#include "worker/runner/transformer.h"
+#include "worker/tp/communicator.h"
+
+namespace tinyserve {
+namespace {
+
+using testing_gguf::GgufBuilder;
+
+struct Update {
+  std::string weight;  // base weight name
+  int64_t in = 0, out = 0, r = 0;
+  std::vector<float> a, b;         // [r][in], [out][r]
+  GgmlType type = GgmlType::kF32;  // stored type (F32 or F16)
+};
+
+std::vector<uint8_t> Bytes(const std::vector<float>& v, GgmlType type) {
+  std::vector<uint8_t> out;
+  for (float x : v) {
+    if (type == GgmlType::kF16) {
+      const fp16_t h = FloatToFp16(x);
+      out.push_back(static_cast<uint8_t>(h & 0xFF));
+      out.push_back(static_cast<uint8_t>(h >> 8));
+    } else {
+      uint8_t b[4];
+      std::memcpy(b, &x, 4);
+      out.insert(out.end(), b, b + 4);
+    }
+  }
+  return out;
+}
+
+// Random updates of every projection of every layer (rank r), values rounded to what the
+// stored type holds so that the merged reference uses the same numbers.
+std::vector<Update> RandomUpdates(const ModelConfig& c, int r, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t D = c.dim, qd = int64_t{c.n_heads} * c.head_dim,
+                kd = int64_t{c.n_kv_heads} * c.head_dim, F = c.ffn_dim;
+  const std::vector<std::tuple<const char*, int64_t, int64_t>> shapes = {
+      {"attn_q", D, qd},  {"attn_k", D, kd}, {"attn_v", D, kd}, {"attn_output", qd, D},
+      {"ffn_gate", D, F}, {"ffn_up", D, F},  {"ffn_down", F, D}};
+  std::vector<Update> ups;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const auto& [what, in, out] : shapes) {
+      Update up;
+      up.weight = "blk." + std::to_string(l) + "." + what + ".weight";
+      up.in = in, up.out = out, up.r = r;
+      up.type = std::string(what).rfind("attn", 0) == 0 ? GgmlType::kF16 : GgmlType::kF32;
+      auto fill = [&](std::vector<float>* v, int64_t n, float scale) {
+        for (int64_t i = 0; i < n; ++i) {
+          float x = scale * u(rng);
+          if (up.type == GgmlType::kF16) x = Fp16ToFloat(FloatToFp16(x));
+          v->push_back(x);
+        }
+      };
+      fill(&up.a, r * in, 1.0f / std::sqrt(static_cast<float>(in)));
+      fill(&up.b, out * r, 0.5f / std::sqrt(static_cast<float>(r)));
+      ups.push_back(std::move(up));
+    }
+  return ups;
+}
+
+std::string WriteAdapter(const std::string& file, const std::vector<Update>& ups, float alpha,
+                         const std::string& arch = "llama") {
+  GgufBuilder b;
+  b.AddString("general.architecture", arch);
+  b.AddString("general.type", "adapter");
+  b.AddString("adapter.type", "lora");
+  b.AddF32("adapter.lora.alpha", alpha);
+  for (const Update& up : ups) {
+    b.AddTensor(up.weight + ".lora_a", up.type,
+                {static_cast<uint64_t>(up.in), static_cast<uint64_t>(up.r)}, Bytes(up.a, up.type));
+    b.AddTensor(up.weight + ".lora_b", up.type,
+                {static_cast<uint64_t>(up.r), static_cast<uint64_t>(up.out)}, Bytes(up.b, up.type));
+  }
+  const std::string path = ::testing::TempDir() + "/" + file;
+  EXPECT_TRUE(testing_gguf::WriteFile(path, b.Build()));
+  return path;
+}
+
+// The base model with W + scale·B·A in place of each updated weight (F32), computed directly.
+class MergedSource : public WeightSource {
+ public:
+  MergedSource(const WeightSource& base, const std::vector<Update>& ups, float alpha)
+      : base_(base) {
+    for (const Update& up : ups) {
+      TensorRef t = *base.Get(up.weight);
+      std::vector<float>& w = merged_[up.weight];
+      w.resize(static_cast<size_t>(up.in * up.out));
+      EXPECT_TRUE(DequantizeRow(t.type, t.data, w.data(), up.in * up.out).ok());
+      const float scale = alpha / static_cast<float>(up.r);
+      for (int64_t o = 0; o < up.out; ++o)
+        for (int64_t i = 0; i < up.in; ++i) {
+          double s = 0;
+          for (int64_t j = 0; j < up.r; ++j) s += double{up.b[o * up.r + j]} * up.a[j * up.in + i];
+          w[o * up.in + i] += scale * static_cast<float>(s);
+        }
+    }
+  }
+  const ModelConfig& config() const override { return base_.config(); }
+  const TokenizerData& tokenizer_data() const override { return base_.tokenizer_data(); }
+  bool Has(const std::string& name) const override { return base_.Has(name); }
+  std::string Describe() const override { return "merged " + base_.Describe(); }
+  absl::StatusOr<TensorRef> Get(const std::string& name) const override {
+    auto it = merged_.find(name);
+    if (it == merged_.end()) return base_.Get(name);
+    TS_ASSIGN_OR_RETURN(TensorRef t, base_.Get(name));
+    t.type = GgmlType::kF32;
+    t.data = reinterpret_cast<const uint8_t*>(it->second.data());
+    t.nbytes = it->second.size() * sizeof(float);
+    return t;
+  }
+
+ private:
+  const WeightSource& base_;
+  std::map<std::string, std::vector<float>> merged_;
+};
+
+struct Seq {
+  std::vector<int32_t> ids;
+  int lora = 0;
+};
+
+// Prefills every sequence in one batch (each in its own pages), then decodes one more token
+// each in a second batch; returns per sequence its [n + 1][vocab] logits.
+std::vector<std::vector<float>> RunBatch(TransformerRunner& r, const std::vector<Seq>& seqs,
+                                         int32_t next = 7) {
+  constexpr int kPage = 16;
+  int64_t pages_needed = 0;
+  for (const Seq& s : seqs) pages_needed += (static_cast<int64_t>(s.ids.size()) + kPage) / kPage;
+  PagedKvCache kv(r.MakeKvConfig(kPage, pages_needed));
+  std::vector<std::vector<int32_t>> tables(seqs.size());
+  std::vector<std::vector<int32_t>> decode_ids(seqs.size(), std::vector<int32_t>{next});
+  int32_t p = 0;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (int64_t k = 0; k < (static_cast<int64_t>(seqs[i].ids.size()) + kPage) / kPage; ++k) {
+      kv.ResetPage(p);
+      tables[i].push_back(p++);
+    }
+  std::vector<std::vector<float>> out(seqs.size());
+  const int vocab = r.config().vocab_size;
+  for (int phase = 0; phase < 2; ++phase) {
+    std::vector<SeqInput> batch;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      SeqInput in;
+      in.tokens = phase == 0 ? seqs[i].ids.data() : decode_ids[i].data();
+      in.n = phase == 0 ? static_cast<int>(seqs[i].ids.size()) : 1;
+      in.start_pos = phase == 0 ? 0 : static_cast<int64_t>(seqs[i].ids.size());
+      in.pages = &tables[i];
+      in.all_logits = phase == 0;
+      in.lora = seqs[i].lora;
+      batch.push_back(in);
+    }
+    std::vector<float> logits;
+    absl::Status st = r.Forward(batch, &kv, &logits);
+    EXPECT_TRUE(st.ok()) << st;
+    size_t row = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const size_t rows = phase == 0 ? seqs[i].ids.size() : 1;
+      out[i].insert(out[i].end(), logits.begin() + row * vocab,
+                    logits.begin() + (row + rows) * vocab);
+      row += rows;
+    }
+  }
+  return out;
+}
+
+// max |got - want| relative to max |want|.
+float RelErr(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  float scale = 0, err = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    scale = std::max(scale, std::fabs(want[i]));
+    err = std::max(err, std::fabs(got[i] - want[i]));
+  }
+  return err / std::max(scale, 1e-30f);
+}
+
+const std::vector<int32_t> kPrompt = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376,
+                                      290, 300, 301, 350, 380, 412, 420, 266, 267, 268};
+
+class LoraRunner : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto src = OpenWeightSource(Stories260kPath());
+    ASSERT_TRUE(src.ok()) << src.status();
+    src_ = std::move(*src);
+    ups1_ = RandomUpdates(src_->config(), 4, 1);
+    ups2_ = RandomUpdates(src_->config(), 8, 2);
+    ups2_.resize(ups2_.size() / 2);  // the second adapter updates only the first layers
+    path1_ = WriteAdapter("lora1.gguf", ups1_, 8.0f);
+    path2_ = WriteAdapter("lora2.gguf", ups2_, 4.0f);
+  }
+  std::unique_ptr<TransformerRunner> Runner(const WeightSource& src, ThreadPool* pool = nullptr) {
+    RunnerOptions ro;
+    ro.pool = pool;
+    auto r = TransformerRunner::Create(src, ro);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return std::move(*r);
+  }
+  std::unique_ptr<WeightSource> src_;
+  std::vector<Update> ups1_, ups2_;
+  std::string path1_, path2_;
+};
+
+TEST_F(LoraRunner, AdapterRowsMatchMergedWeightsAndBaseRowsTheBase) {
+  ThreadPool pool(2);
+  auto base = Runner(*src_, &pool);
+  auto with = Runner(*src_, &pool);
+  auto infos = AddLoras({{"one", path1_}, {"two", path2_}}, with.get());
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  ASSERT_EQ(infos->size(), 2u);
+  EXPECT_EQ((*infos)[0].max_rank, 4);
+  EXPECT_EQ((*infos)[0].tensors, 7 * src_->config().n_layers);
+  EXPECT_EQ(with->num_loras(), 2);
+
+  MergedSource merged1(*src_, ups1_, 8.0f), merged2(*src_, ups2_, 4.0f);
+  auto m1 = Runner(merged1, &pool);
+  auto m2 = Runner(merged2, &pool);
+  const auto want_base = RunBatch(*base, {{kPrompt, 0}})[0];
+  const auto want1 = RunBatch(*m1, {{kPrompt, 0}})[0];
+  const auto want2 = RunBatch(*m2, {{kPrompt, 0}})[0];
+  // The adapters change the output, so the comparisons below can fail.
+  EXPECT_GT(RelErr(want1, want_base), 0.05f);
+  EXPECT_GT(RelErr(want2, want_base), 0.02f);
+
+  EXPECT_EQ(RunBatch(*with, {{kPrompt, 0}})[0], want_base);  // no adapter: the base, bit for bit
+  // K/V are stored in fp16, where the two ways of computing them round apart (as in
+  // transformer_test's comparisons): about 6e-4 of the largest logit here.
+  EXPECT_LE(RelErr(RunBatch(*with, {{kPrompt, 1}})[0], want1), 2e-3f);
+  EXPECT_LE(RelErr(RunBatch(*with, {{kPrompt, 2}})[0], want2), 2e-3f);
+}
+
+TEST_F(LoraRunner, MixedBatchGivesEachSequenceItsOwnResult) {
+  auto r = Runner(*src_);
+  ASSERT_TRUE(AddLoras({{"one", path1_}, {"two", path2_}}, r.get()).ok());
+  std::vector<int32_t> other(kPrompt.begin() + 3, kPrompt.end());
+  const std::vector<Seq> seqs = {{kPrompt, 1}, {kPrompt, 1}, {other, 0}, {kPrompt, 2}, {other, 1}};
+  const auto together = RunBatch(*r, seqs);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto alone = RunBatch(*r, {seqs[i]})[0];
+    EXPECT_LE(RelErr(together[i], alone), 1e-6f) << "sequence " << i;
+  }
+  EXPECT_GT(RelErr(together[0], together[3]), 0.01f);  // adapters 1 and 2 differ
+}
+
+TEST_F(LoraRunner, TwoHalfShardsWithAnAdapterSumToTheWhole) {
+  auto whole = Runner(*src_);
+  ASSERT_TRUE(AddLoras({{"one", path1_}}, whole.get()).ok());
+  const auto want = RunBatch(*whole, {{kPrompt, 1}})[0];
+  auto comms = MakeInProcessGroup(2);
+  std::vector<std::vector<float>> got(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank)
+    threads.emplace_back([&, rank] {
+      RunnerOptions ro;
+      ro.rank = rank;
+      ro.world_size = 2;
+      ro.comm = comms[rank].get();
+      auto r = TransformerRunner::Create(*src_, ro);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_TRUE(AddLoras({{"one", path1_}}, r->get()).ok());
+      got[rank] = RunBatch(**r, {{kPrompt, 1}})[0];
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[0], got[1]);
+  EXPECT_LE(RelErr(got[0], want), 1e-4f);
+}
+
+TEST_F(LoraRunner, ForwardRefusesAnUnknownAdapterId) {
+  auto r = Runner(*src_);
+  PagedKvCache kv(r->MakeKvConfig(16, 2));
+  std::vector<int32_t> pages = {0, 1};
+  SeqInput in;
+  in.tokens = kPrompt.data();
+  in.n = 3;
+  in.pages = &pages;
+  in.lora = 1;  // none loaded
+  std::vector<float> logits;
+  absl::Status st = r->Forward({in}, &kv, &logits);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("LoRA adapter id 1"), std::string::npos) << st;
+}
+
+TEST_F(LoraRunner, MalformedAdaptersAreRefusedNamingWhatIsWrong) {
+  const ModelConfig& c = src_->config();
+  auto open = [&](const std::string& path) { return LoraAdapter::Open("x", path, c); };
+  auto expect_error = [&](const absl::StatusOr<std::unique_ptr<LoraAdapter>>& a,
+                          const std::string& needle) {
+    ASSERT_FALSE(a.ok()) << needle;
+    EXPECT_NE(a.status().message().find(needle), std::string::npos) << a.status();
+  };
+  std::vector<Update> one(ups1_.begin(), ups1_.begin() + 1);  // blk.0.attn_q
+
+  expect_error(open(::testing::TempDir() + "/missing.gguf"), "no such file");
+  expect_error(open(Stories260kPath()), "general.type");  // a model, not an adapter
+  expect_error(open(WriteAdapter("arch.gguf", one, 8, "gpt2")),
+               "general.architecture is 'gpt2' but the model is 'llama'");
+  {
+    std::vector<Update> bad = one;
+    bad[0].weight = "token_embd.weight";
+    expect_error(open(WriteAdapter("embd.gguf", bad, 8)), "'token_embd.weight' is not a weight");
+    bad[0].weight = "blk.99.attn_q.weight";
+    expect_error(open(WriteAdapter("layer.gguf", bad, 8)), "'blk.99.attn_q.weight' is not");
+  }
+  {
+    std::vector<Update> bad = one;
+    bad[0].in += 1;
+    bad[0].a.resize(static_cast<size_t>(bad[0].r * bad[0].in));
+    expect_error(open(WriteAdapter("shape.gguf", bad, 8)),
+                 "tensor 'blk.0.attn_q.weight': lora_a [65, 4]");
+  }
+  {
+    GgufBuilder b;
+    b.AddString("general.architecture", "llama");
+    b.AddString("general.type", "adapter");
+    b.AddString("adapter.type", "lora");
+    b.AddTensor("blk.0.attn_q.weight.lora_a", GgmlType::kF32, {64, 4},
+                Bytes(std::vector<float>(256, 0.0f), GgmlType::kF32));
+    const std::string path = ::testing::TempDir() + "/half.gguf";
+    ASSERT_TRUE(testing_gguf::WriteFile(path, b.Build()));
+    expect_error(open(path), "'blk.0.attn_q.weight.lora_a' has no .lora_b partner");
+  }
+  // Names, for --lora.
+  std::string name, path;
+  EXPECT_TRUE(ParseLoraFlag("sql-expert=/tmp/a.gguf", &name, &path).ok());
+  EXPECT_EQ(name, "sql-expert");
+  EXPECT_EQ(path, "/tmp/a.gguf");
+  EXPECT_FALSE(ParseLoraFlag("no-path=", &name, &path).ok());
+  EXPECT_FALSE(ParseLoraFlag("/tmp/a.gguf", &name, &path).ok());
+  EXPECT_FALSE(ParseLoraFlag("bad name=/tmp/a.gguf", &name, &path).ok());
+  // Two adapters of one name.
+  auto r = Runner(*src_);
+  auto dup = AddLoras({{"a", path1_}, {"a", path2_}}, r.get());
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("'a' is given twice"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tinyserve
