@@ -6,7 +6,9 @@ The adapters are random and generated, never committed: scripts/make_lora_adapte
 them byte for byte the same on any machine (the golden records their sha256, and the test
 checks it before comparing). For the base model and each adapter (presets all-r8 and attn-r4):
   - prompt logprobs of three texts (token ids from llama.cpp's tokenizer): per position i >= 1
-    the log-softmax logprob of token i given tokens 0..i-1 and the top 2;
+    the log-softmax logprob of token i given tokens 0..i-1 and the top 2, evaluated in one batch,
+    and "spread": how far llama.cpp's own logprob moves when it evaluates the text one token at
+    a time instead (its sums run in another order; the test allows that much more);
   - 24 greedy tokens after two prompts, with the gap between the best and second-best logit at
     each step (the test compares tokens up to the first near tie).
 
@@ -47,21 +49,29 @@ def log_softmax(logits):
     return logits - (m + np.log(np.exp(logits - m).sum(axis=-1, keepdims=True)))
 
 
+def prompt_logprobs(llm, ids):
+    llm.reset()
+    llm.eval(ids)
+    return log_softmax(np.array(llm.scores[: len(ids)], dtype=np.float64))
+
+
 def run(lora_path):
     kw = {"lora_path": lora_path} if lora_path else {}
     llm = Llama(model_path=MODEL, n_ctx=512, n_threads=2, logits_all=True, verbose=False,
                 seed=0, n_batch=512, flash_attn=False, **kw)
+    one = Llama(model_path=MODEL, n_ctx=512, n_threads=2, logits_all=True, verbose=False,
+                seed=0, n_batch=1, n_ubatch=1, flash_attn=False, **kw)
     texts = []
     for text in TEXTS:
         ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        llm.reset()
-        llm.eval(ids)
-        logp = log_softmax(np.array(llm.scores[: len(ids)], dtype=np.float64))
+        logp = prompt_logprobs(llm, ids)
+        logp_one = prompt_logprobs(one, ids)
         positions = []
         for i in range(1, len(ids)):
             row = logp[i - 1]
             top = np.argsort(-row, kind="stable")[:2]
             positions.append({"logprob": round(float(row[ids[i]]), 5),
+                              "spread": round(abs(float(row[ids[i]] - logp_one[i - 1][ids[i]])), 4),
                               "top": [[int(t), round(float(row[t]), 5)] for t in top]})
         texts.append({"text": text, "ids": [int(t) for t in ids], "positions": positions})
     greedy = []

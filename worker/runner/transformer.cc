@@ -86,9 +86,11 @@ absl::StatusOr<int> TransformerRunner::AddLora(const LoraAdapter& adapter) {
     TS_ASSIGN_OR_RETURN(std::vector<float> a, TensorBlock(p->a, 0, r, i0, i1));
     TS_ASSIGN_OR_RETURN(std::vector<float> b, TensorBlock(p->b, o0, o1, 0, r));
     const float scale = adapter.Scale(*p);
-    for (float& x : b) x *= scale;
-    return LoraDelta{MatrixFromFloats(a.data(), r, i1 - i0),
-                     MatrixFromFloats(b.data(), o1 - o0, r)};
+    const int64_t n_out = o1 - o0;
+    std::vector<float> bt(static_cast<size_t>(r * n_out));
+    for (int64_t o = 0; o < n_out; ++o)
+      for (int64_t j = 0; j < r; ++j) bt[j * n_out + o] = scale * b[o * r + j];
+    return LoraDelta{MatrixFromFloats(a.data(), r, i1 - i0), std::move(bt)};
   };
   std::vector<LoraLayer> layers(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
@@ -354,7 +356,7 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     any_lora |= in.lora != 0;
   }
   // y = x·Wᵀ for every row, then each run of consecutive sequences with the same adapter adds
-  // its update (x·Aᵀ)·Bᵀ on its rows (B carries the scale).
+  // its update (x·Aᵀ)·Bᵀ on its rows (B carries the scale), as r vector updates per row.
   auto matmul = [&](const Matrix& w, const float* in, float* out,
                     LoraDelta LoraLayer::*update = nullptr, int layer = 0) {
     Stopwatch sw;
@@ -366,12 +368,24 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
         if (batch[s0].lora == 0) continue;
         const LoraDelta& d = loras_[batch[s0].lora - 1][layer].*update;
         if (d.a.rows == 0) continue;
-        const int64_t t0 = row0[s0], n = row0[s1] - row0[s0];
-        lora_r_.resize(static_cast<size_t>(n * d.a.rows));
-        lora_y_.resize(static_cast<size_t>(n * w.rows));
+        const int64_t t0 = row0[s0], n = row0[s1] - row0[s0], r = d.a.rows, n_out = w.rows;
+        lora_r_.resize(static_cast<size_t>(n * r));
         MatMul(d.a, in + t0 * w.cols, n, lora_r_.data(), pool);
-        MatMul(d.b, lora_r_.data(), n, lora_y_.data(), pool);
-        AddInPlace(out + t0 * w.rows, lora_y_.data(), static_cast<int>(n * w.rows));
+        auto expand = [&](int64_t i0, int64_t i1, int) {
+          for (int64_t i = i0; i < i1; ++i) {
+            float* y = out + (t0 + i) * n_out;
+            for (int64_t j = 0; j < r; ++j) {
+              const float c = lora_r_[i * r + j];
+              const float* bt = &d.bt[j * n_out];
+              for (int64_t o = 0; o < n_out; ++o) y[o] += c * bt[o];
+            }
+          }
+        };
+        if (pool != nullptr && pool->num_threads() > 1 && n >= 16) {
+          pool->ParallelFor(n, expand);
+        } else {
+          expand(0, n, 0);
+        }
       }
     }
     timings_.matmul += sw.Seconds();

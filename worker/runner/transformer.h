@@ -97,9 +97,12 @@ class TransformerRunner {
     std::vector<float> bq, bk, bv, bo, b_up, b_down;  // empty when absent (or not this rank's)
   };
 
-  // One weight's update: a [r][in], b [out][r] (this rank's rows or columns); a.rows == 0: none.
+  // One weight's update (this rank's rows or columns): a [r][in], and B transposed with the
+  // scale folded in, bt [r][out], so that the update of a row is out += sum_j (a_j·x) bt_j, r
+  // vector updates of length out; a.rows == 0: none.
   struct LoraDelta {
-    Matrix a, b;
+    Matrix a;
+    std::vector<float> bt;
   };
   struct LoraLayer {
     LoraDelta q, k, v, o, gate, up, down;
@@ -127,7 +130,7 @@ class TransformerRunner {
   ForwardTimings timings_;
 
   // Scratch, reused across calls: [T][...] activations.
-  std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, hidden_, lora_r_, lora_y_;
+  std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, hidden_, lora_r_;
 };
 
 // Opens each adapter against the runner's model and adds it (ids 1, 2, ... in order). Names must
