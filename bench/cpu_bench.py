@@ -9,6 +9,8 @@ bytes read, over the measured single-thread memory read bandwidth.
 
   .venv/bin/python bench/cpu_bench.py --threads 1,2 --json docs/perf/cpu_bench.json
 
+--lora ADAPTER.gguf applies a LoRA adapter in both engines (multi-LoRA serving's per-token cost).
+
 Needs llama-cpp-python in .venv (scripts/deps/requirements-dev.txt). --llama-python runs the peer
 from another build, such as llama.cpp with its AMX kernels (docs/PERFORMANCE.md, "llama.cpp with
 AMX").
@@ -45,6 +47,8 @@ def run_tinyserve(args, threads):
            "--threads", str(threads), "--contexts", args.contexts, "--batches", args.batches,
            "--prompts", args.prompts, "--policies", "dense,quest", "--budget", str(args.budget),
            "--steps", str(args.steps), "--reps", str(args.reps)]
+    if args.lora:
+        cmd += ["--lora", args.lora]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return [json.loads(l) for l in out.splitlines() if l.startswith("{")]
 
@@ -53,6 +57,8 @@ def run_llama(args, threads):
     cmd = [args.llama_python, os.path.join(ROOT, "bench", "llama_cpp_child.py"), "--model",
            args.model, "--text", args.text, "--threads", str(threads), "--prompts", args.prompts,
            "--contexts", args.contexts, "--steps", str(args.steps), "--reps", str(args.reps)]
+    if args.lora:
+        cmd += ["--lora", args.lora]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -72,6 +78,8 @@ def main():
     ap.add_argument("--llama-python", default=sys.executable,
                     help="the Python whose llama-cpp-python is the peer (e.g. an AMX build)")
     ap.add_argument("--json", help="write all results here")
+    ap.add_argument("--lora", help="a LoRA adapter (GGUF) both engines apply to every token "
+                    "(scripts/make_lora_adapter.py makes one)")
     args = ap.parse_args()
     bw = mem_bandwidth_gbs()
     results = {"mem_read_gbs": bw, "date": time.strftime("%Y-%m-%d %H:%M"), "runs": []}

@@ -20,12 +20,14 @@ def main():
     ap.add_argument("--contexts", default="128,1024,4096,8000")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--lora", help="a LoRA adapter (GGUF) to apply")
     a = ap.parse_args()
     contexts = [int(x) for x in a.contexts.split(",") if x]
     prompts = [int(x) for x in a.prompts.split(",") if x]
     n_ctx = max(contexts + prompts) + a.steps + 8
     llm = Llama(model_path=a.model, n_ctx=n_ctx, n_threads=a.threads, n_threads_batch=a.threads,
-                n_batch=512, verbose=False, logits_all=False)
+                n_batch=512, verbose=False, logits_all=False,
+                **({"lora_path": a.lora} if a.lora else {}))
     toks = llm.tokenize(open(a.text, encoding="utf-8").read().encode(), add_bos=False)
     out = {"engine": "llama.cpp", "threads": a.threads, "prefill": {}, "decode": {}}
     for p in prompts:

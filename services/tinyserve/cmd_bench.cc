@@ -72,6 +72,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   flags.Int("steps", &steps, "timed decode steps per point");
   flags.Int("reps", &reps, "repetitions (the median is reported)");
   flags.Bool("json", &json, "JSON lines");
+  std::string lora;
+  flags.String("lora", &lora, "apply this LoRA adapter (GGUF) to every sequence");
   if (auto s = flags.Parse(args); !s.ok()) return FailWith(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -90,6 +92,11 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   auto runner_or = TransformerRunner::Create(**src, ro);
   if (!runner_or.ok()) return FailWith(std::string(runner_or.status().message()));
   TransformerRunner& runner = **runner_or;
+  const int lora_id = lora.empty() ? 0 : 1;
+  if (!lora.empty()) {
+    if (auto st = AddLoras({{"bench", lora}}, &runner); !st.ok())
+      return FailWith(std::string(st.status().message()));
+  }
   const ModelConfig& c = runner.config();
   std::ifstream in(text_path, std::ios::binary);
   if (!in) return FailWith("text: cannot read " + text_path);
@@ -131,6 +138,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
       s.tokens = tokens.data();
       s.n = plen;
       s.pages = &pages;
+      s.lora = lora_id;
       Stopwatch sw;
       if (auto st = runner.Forward({s}, &kv, &logits); !st.ok()) return FailWith(std::string(st.message()));
       times.push_back(sw.Seconds());
@@ -155,6 +163,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
       s.n = std::min(512, max_ctx - start);
       s.start_pos = start;
       s.pages = &base;
+      s.lora = lora_id;
       if (auto st = runner.Forward({s}, &kv, &logits); !st.ok()) return FailWith(std::string(st.message()));
     }
     if (!json) std::fprintf(stderr, "prefilled %d tokens in %.1f s\n", max_ctx, sw.Seconds());
@@ -201,6 +210,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
               ins[b].pages = &tables[b];
               pols[b]->BeginStep(ctx + i + 1);
               ins[b].selector = pols[b].get();
+              ins[b].lora = lora_id;
             }
             if (auto st = runner.Forward(ins, &kv, &logits); !st.ok()) return FailWith(std::string(st.message()));
             for (auto& p : pols) p->EndStep();
@@ -221,8 +231,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                              ctx, batch, spec.policy, tps, 1e3 * batch / tps, kv_ratio));
       }
   emit(absl::StrFormat("{\"engine\":\"tinyserve\",\"kind\":\"rss\",\"peak_rss_mb\":%.1f,"
-                       "\"cpu_kernels\":\"%s\"}",
-                       PeakRssKb() / 1024.0, CpuIsaName(ActiveCpuIsa())),
+                       "\"cpu_kernels\":\"%s\",\"lora\":\"%s\"}",
+                       PeakRssKb() / 1024.0, CpuIsaName(ActiveCpuIsa()), lora),
        absl::StrFormat("peak RSS %.1f MB; CPU kernels: %s", PeakRssKb() / 1024.0,
                        CpuIsaName(ActiveCpuIsa())));
   return 0;

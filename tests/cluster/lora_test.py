@@ -147,6 +147,11 @@ class LoraTest(cl.ClusterCase):
         self.assertEqual(cached("all-r8"), 0)
         self.assertGreater(cached("all-r8"), 0)
         self.assertEqual(cached("attn-r4"), 0)
+        # Requests per adapter on the worker's /metrics: 3 prompt-logprob texts, 2 greedy
+        # prompts and the cache checks (all-r8: 2, attn-r4: 1).
+        text = w.metrics()
+        self.assertEqual(cl.metric(text, "tinyserve_lora_requests_total", adapter="all-r8"), 7)
+        self.assertEqual(cl.metric(text, "tinyserve_lora_requests_total", adapter="attn-r4"), 6)
 
     def test_bad_adapters(self):
         paths = self.make_adapters(self.cluster.model, ["attn-r4"])

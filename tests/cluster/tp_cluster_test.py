@@ -3,7 +3,8 @@
 
   python tp_cluster_test.py --binary build/bin/tinyserve [--model PATH] [unittest args]
 
-Checks: greedy tokens through the router equal a TP-1 worker's (one at a time and batched);
+Checks: greedy tokens through the router equal a TP-1 worker's (one at a time and batched), also
+with LoRA adapters (each rank applies its shard of the updates);
 after `kill -9` of rank 1 the group turns unhealthy within a bounded time, the router marks it
 down (tinyserve_router_worker_healthy 0) and stops sending to it, and rank 0 exits non-zero.
 """
@@ -89,6 +90,35 @@ class TensorParallelClusterTest(cl.ClusterCase):
         self.assertEqual(ok_before, len(reqs) * 2)
         # Rank 0 drains and exits non-zero (a supervisor restarts the whole group).
         self.assertEqual(tp2.wait(timeout=20), 1)
+
+
+    def test_tp2_with_lora_adapters_matches_tp1(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "scripts"))
+        import make_lora_adapter
+        tmp = self.cluster.log_dir
+        lora = []
+        for preset in ("all-r8", "attn-r4"):
+            make_lora_adapter.write(self.cluster.model, f"{tmp}/{preset}.gguf", preset)
+            lora += ["--lora", f"{preset}={tmp}/{preset}.gguf"]
+        tp1 = self.cluster.worker(*lora)
+        tp2 = self.cluster.worker("--tp-size", "2", "--tp-launch", "local", *lora)
+        # The base and both adapters, each on two prompts, batched together on the group.
+        reqs = []
+        for adapter in ("", "all-r8", "attn-r4"):
+            for p in ct.PROMPTS[:2]:
+                q = ct.request(p, max_tokens=24, ignore_eos=True)
+                q.lora_adapter = adapter
+                reqs.append(q)
+        want = [ct.generate(tp1.address, q, timeout=60) for q in reqs]
+        with concurrent.futures.ThreadPoolExecutor(len(reqs)) as pool:
+            got = list(pool.map(lambda q: ct.generate(tp2.address, q, timeout=60), reqs))
+        for i, (w, g) in enumerate(zip(want, got)):
+            self.assertEqual(w.code, grpc.StatusCode.OK, w.details)
+            self.assertEqual(g.code, grpc.StatusCode.OK, g.details)
+            self.assertEqual(g.ids, w.ids, f"request {i} ({reqs[i].lora_adapter!r})")
+        self.assertNotEqual(want[0].ids, want[2].ids)  # the adapter changes the output
+        self.assertNotEqual(want[2].ids, want[4].ids)
 
 
 if __name__ == "__main__":

@@ -104,11 +104,16 @@ GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext
   }
   state_->prefixes.Insert(PromptBlockHashes(request));
   submitted_.store(true);
+  // Read before Submit: once submitted, the request may finish and free this reactor.
+  const int lora = req.lora;
+  WorkerMetrics* metrics = state_->metrics;
   absl::Status s = engine.Submit(std::move(req), std::make_shared<ReactorSink>(this));
   if (!s.ok()) {
     submitted_.store(false);
     state_->RemoveLive(request_id_);
     Reject(ToGrpcStatus(s));
+  } else if (metrics != nullptr) {
+    metrics->CountLoraRequest(lora);
   }
 }
 

@@ -43,6 +43,35 @@ TEST(OpenAiParse, CompletionsDefaultsFollowOpenAi) {
   EXPECT_FALSE(r.stream);
 }
 
+TEST(OpenAiParse, ModelNamesALoraAdapter) {
+  const ServedModel with_loras{"base", 8192, {"sql", "chat"}};
+  auto parse = [&](const std::string& body) {
+    return ParseRequest(Endpoint::kChat, body, with_loras, "req");
+  };
+  const std::string messages = R"("messages": [{"role": "user", "content": "Hi"}])";
+  auto r = parse(R"({"model": "sql", "n": 2, )" + messages + "}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->calls.size(), 2u);
+  for (const auto& c : r->calls) EXPECT_EQ(c.lora_adapter(), "sql");
+  EXPECT_EQ(r->model, "sql");
+  for (const char* base : {R"({"model": "base", )", "{"}) {
+    r = parse(std::string(base) + messages + "}");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->calls[0].lora_adapter(), "");
+  }
+  r = parse(R"({"model": "nope", )" + messages + "}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  const json e = ErrorBody(r.status());
+  EXPECT_EQ(e["error"]["param"], "model");
+  EXPECT_EQ(e["error"]["type"], "not_found_error");
+  // Without adapters, any name is the one model.
+  auto plain =
+      ParseRequest(Endpoint::kChat, R"({"model": "nope", )" + messages + "}", kModel, "req");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->calls[0].lora_adapter(), "");
+}
+
 TEST(OpenAiParse, SamplingStopAndSelectionFields) {
   ParsedRequest r = MustParse(Endpoint::kCompletions, R"({
       "prompt": [1, 2, 3], "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": -1,

@@ -184,6 +184,15 @@ void WorkerMetrics::Refresh() {
   Advance(spec_accepted_, s.spec_accepted_tokens_total, &last_.spec_accepted);
 }
 
+void WorkerMetrics::DeclareLoras(const std::vector<LoraInfo>& loras) {
+  if (loras.empty()) return;
+  auto& family = BuildCounter()
+                     .Name("tinyserve_lora_requests_total")
+                     .Help("Requests admitted with a LoRA adapter, by adapter")
+                     .Register(*registry_);
+  for (const LoraInfo& l : loras) lora_requests_.push_back(&family.Add({{"adapter", l.name}}));
+}
+
 void WorkerMetrics::OnRequestFinished(FinishReason reason, const RequestUsage& usage) {
   const int index = static_cast<int>(reason);
   if (index >= 0 && index < 7) by_reason_[index]->Increment();

@@ -45,6 +45,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
                                                         : e->model_config().name,
       options.engine.device, [e] { return e->Stats(); });
   w->metrics_->SetReady(false);
+  w->metrics_->DeclareLoras(e->loras());
   if (w->tracer_ != nullptr) w->tracer_->BindMetrics(w->metrics_->registry());
   e->SetObserver(w->metrics_.get());
   e->Start();
