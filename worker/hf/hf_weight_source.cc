@@ -39,18 +39,6 @@ std::string ShapeString(const std::vector<int64_t>& ne) {
   return absl::StrCat("[", absl::StrJoin(ne, ", "), "]");
 }
 
-GgmlType ToGgml(SafetensorsDtype d) {
-  switch (d) {
-    case SafetensorsDtype::kF32:
-      return GgmlType::kF32;
-    case SafetensorsDtype::kF16:
-      return GgmlType::kF16;
-    case SafetensorsDtype::kBF16:
-      return GgmlType::kBF16;
-  }
-  return GgmlType::kF32;
-}
-
 float LoadElement(const uint8_t* p, SafetensorsDtype d) {
   switch (d) {
     case SafetensorsDtype::kF32: {
@@ -215,7 +203,7 @@ class HfWeightSource final : public WeightSource {
       if (m.transpose) {
         Transpose(*t, &e);
       } else {
-        e.ref.type = ToGgml(t->dtype);
+        e.ref.type = SafetensorsToGgml(t->dtype);
         e.ref.nbytes = t->nbytes;
         const size_t elem = SafetensorsDtypeSize(t->dtype);
         if (reinterpret_cast<uintptr_t>(t->data) % elem == 0) {

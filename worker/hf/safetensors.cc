@@ -68,6 +68,18 @@ std::string_view SafetensorsDtypeName(SafetensorsDtype dtype) {
   return "?";
 }
 
+GgmlType SafetensorsToGgml(SafetensorsDtype dtype) {
+  switch (dtype) {
+    case SafetensorsDtype::kF16:
+      return GgmlType::kF16;
+    case SafetensorsDtype::kBF16:
+      return GgmlType::kBF16;
+    case SafetensorsDtype::kF32:
+      break;
+  }
+  return GgmlType::kF32;
+}
+
 size_t SafetensorsDtypeSize(SafetensorsDtype dtype) {
   return dtype == SafetensorsDtype::kF32 ? 4 : 2;
 }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace tinyserve {
 
@@ -34,6 +35,8 @@ enum class SafetensorsDtype { kF32, kF16, kBF16 };
 // "F32", "F16", "BF16".
 std::string_view SafetensorsDtypeName(SafetensorsDtype dtype);
 size_t SafetensorsDtypeSize(SafetensorsDtype dtype);
+// The ggml type of the same encoding (F32, F16, BF16).
+GgmlType SafetensorsToGgml(SafetensorsDtype dtype);
 
 struct SafetensorsTensor {
   std::string name;

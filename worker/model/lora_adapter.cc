@@ -1,6 +1,10 @@
 #include "worker/model/lora_adapter.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,26 +65,61 @@ std::string ShapeText(const std::vector<int64_t>& ne) {
 
 }  // namespace
 
-LoraAdapter::~LoraAdapter() = default;
+absl::Status LoraError(const std::string& name, const std::string& path, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("LoRA adapter '", name, "' (", path, "): ", what));
+}
+
+absl::StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Make(
+    const std::string& name, const std::string& path, const ModelConfig& base, float alpha,
+    std::map<std::string, LoraPair> pairs, std::shared_ptr<const void> storage) {
+  auto fail = [&](const std::string& what) { return LoraError(name, path, what); };
+  if (pairs.empty()) return fail("it holds no tensors");
+  std::unique_ptr<LoraAdapter> a(new LoraAdapter());
+  a->name_ = name;
+  a->path_ = path;
+  a->alpha_ = alpha;
+  a->storage_ = std::move(storage);
+  for (auto& [weight, p] : pairs) {
+    const std::optional<Shape> shape = AdaptableShape(weight, base);
+    if (!shape)
+      return fail(absl::StrCat("tensor '", p.a.name, "': '", weight,
+                               "' is not a weight TinyServe adapts (blk.N attention and MLP "
+                               "projections of this ",
+                               ArchName(base.arch), " model)"));
+    const std::vector<int64_t>& na = p.a.ne;
+    const std::vector<int64_t>& nb = p.b.ne;
+    if (na.size() != 2 || nb.size() != 2 || na[0] != shape->in || nb[1] != shape->out ||
+        na[1] != nb[0] || na[1] < 1 || na[1] > 4096)
+      return fail(absl::StrCat("tensor '", weight, "': lora_a ", ShapeText(na), " and lora_b ",
+                               ShapeText(nb), " do not fit the base weight (lora_a must be [",
+                               shape->in, ", r] and lora_b [r, ", shape->out,
+                               "], 1 <= r <= 4096)"));
+    if (!std::isfinite(p.scale)) return fail(absl::StrCat("tensor '", weight, "': bad scale"));
+    a->max_rank_ = std::max(a->max_rank_, p.rank());
+  }
+  a->pairs_ = std::move(pairs);
+  return a;
+}
 
 absl::StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Open(const std::string& name,
                                                                const std::string& path,
                                                                const ModelConfig& base) {
-  auto fail = [&](const std::string& what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LoRA adapter '", name, "' (", path, "): ", what));
-  };
-  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
-  if (!file.ok()) {
-    if (absl::IsNotFound(file.status()))
-      return absl::NotFoundError(absl::StrCat("LoRA adapter '", name, "': no such file ", path));
-    return fail(std::string(file.status().message()));
+  auto fail = [&](const std::string& what) { return LoraError(name, path, what); };
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return absl::NotFoundError(absl::StrCat("LoRA adapter '", name, "': no such file ", path));
+  if (S_ISDIR(st.st_mode)) {
+#ifdef TINYSERVE_HAVE_HF
+    return OpenPeftLoraAdapter(name, path, base);
+#else
+    return fail(
+        "a folder (PEFT adapter), and this build cannot read them (worker/hf is not built)");
+#endif
   }
-  std::unique_ptr<LoraAdapter> a(new LoraAdapter());
-  a->name_ = name;
-  a->path_ = path;
-  a->file_ = std::move(*file);
-  const GgufFile& f = *a->file_;
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  if (!file.ok()) return fail(std::string(file.status().message()));
+  std::shared_ptr<const GgufFile> owned(std::move(*file));
+  const GgufFile& f = *owned;
   auto string_kv = [&](std::string_view key) -> absl::StatusOr<std::string> {
     absl::StatusOr<std::string> v = f.GetString(key);
     if (!v.ok()) return fail(std::string(v.status().message()));
@@ -100,13 +139,14 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Open(const std::string
   if (base.arch == Arch::kLlama && base.rope_style != RopeStyle::kAdjacent)
     return fail(
         "a GGUF adapter needs a GGUF base model (its Q/K rows are permuted for llama.cpp's RoPE; "
-        "this model was loaded from a Hugging Face folder)");
+        "this model was loaded from a Hugging Face folder: give the adapter as a PEFT folder)");
+  float alpha = 0;
   if (f.Find("adapter.lora.alpha") != nullptr) {
-    absl::StatusOr<double> alpha = f.GetFloat("adapter.lora.alpha");
-    if (!alpha.ok()) return fail(std::string(alpha.status().message()));
-    if (!std::isfinite(*alpha) || *alpha < 0)
-      return fail(absl::StrCat("adapter.lora.alpha = ", *alpha, " must be finite and >= 0"));
-    a->alpha_ = static_cast<float>(*alpha);
+    absl::StatusOr<double> v = f.GetFloat("adapter.lora.alpha");
+    if (!v.ok()) return fail(std::string(v.status().message()));
+    if (!std::isfinite(*v) || *v < 0)
+      return fail(absl::StrCat("adapter.lora.alpha = ", *v, " must be finite and >= 0"));
+    alpha = static_cast<float>(*v);
   }
 
   // Pair up <base>.lora_a / <base>.lora_b.
@@ -120,30 +160,18 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Open(const std::string
     auto& h = halves[t.name.substr(0, t.name.size() - kA.size())];
     (is_a ? h.first : h.second) = &t;
   }
-  if (halves.empty()) return fail("it holds no tensors");
+  std::map<std::string, LoraPair> pairs;
   for (const auto& [weight, h] : halves) {
     if (h.first == nullptr || h.second == nullptr)
       return fail(absl::StrCat("tensor '", weight, h.first ? ".lora_a" : ".lora_b", "' has no ",
                                h.first ? ".lora_b" : ".lora_a", " partner"));
-    const std::optional<Shape> shape = AdaptableShape(weight, base);
-    if (!shape)
-      return fail(absl::StrCat("tensor '", h.first->name, "': '", weight,
-                               "' is not a weight TinyServe adapts (blk.N attention and MLP "
-                               "projections of this ",
-                               ArchName(base.arch), " model)"));
-    const std::vector<int64_t>& na = h.first->ne;
-    const std::vector<int64_t>& nb = h.second->ne;
-    if (na.size() != 2 || nb.size() != 2 || na[0] != shape->in || nb[1] != shape->out ||
-        na[1] != nb[0] || na[1] < 1 || na[1] > 4096)
-      return fail(absl::StrCat("tensor '", weight, "': lora_a ", ShapeText(na), " and lora_b ",
-                               ShapeText(nb), " do not fit the base weight (lora_a must be [",
-                               shape->in, ", r] and lora_b [r, ", shape->out,
-                               "], 1 <= r <= 4096)"));
     LoraPair p{Ref(*h.first), Ref(*h.second)};
-    a->max_rank_ = std::max(a->max_rank_, p.rank());
-    a->pairs_.emplace(weight, std::move(p));
+    // llama.cpp: scale = alpha / r, or 1 when alpha is 0 (the rank is lora_b's ne[0]).
+    const int64_t r = h.second->ne.empty() ? 1 : std::max<int64_t>(1, h.second->ne[0]);
+    p.scale = alpha != 0 ? alpha / static_cast<float>(r) : 1.0f;
+    pairs.emplace(weight, std::move(p));
   }
-  return a;
+  return Make(name, path, base, alpha, std::move(pairs), std::move(owned));
 }
 
 const LoraPair* LoraAdapter::Find(const std::string& name) const {

@@ -1,22 +1,24 @@
 // File: worker/model/lora_adapter.h
-// A LoRA adapter in llama.cpp's GGUF form (convert_lora_to_gguf.py): the low-rank update of some
-// of a base model's projection weights, W' = W + scale·B·A, applied per request (multi-LoRA).
+// A LoRA adapter: the low-rank update of some of a base model's projection weights,
+// W' = W + scale·B·A, applied per request (multi-LoRA).
 //
-// The file: general.type = "adapter", adapter.type = "lora", general.architecture as the base
-// model's, adapter.lora.alpha (optional; 0 or absent: scale 1), and for each adapted weight
-// `<base name>.lora_a` with ne = [in, r] and `<base name>.lora_b` with ne = [r, out], in any
-// type the CPU dequantizes (F32, F16, BF16, Q8_0, ...). scale = alpha / r, as llama.cpp and
-// PEFT compute it.
+// Two formats:
+//   - llama.cpp's GGUF (convert_lora_to_gguf.py): general.type = "adapter", adapter.type =
+//     "lora", general.architecture as the base model's, adapter.lora.alpha (optional; 0 or
+//     absent: scale 1), and per adapted weight `<base name>.lora_a` with ne = [in, r] and
+//     `<base name>.lora_b` with ne = [r, out], in any type the CPU dequantizes. scale = alpha/r.
+//     GGUF adapters are made against GGUF base models, whose Q/K rows llama.cpp's converter
+//     permutes for RoPE; on a Hugging Face base (rotate-half RoPE) that pairing is refused.
+//   - a PEFT folder (what PEFT's save_pretrained writes and vLLM loads): adapter_config.json
+//     and adapter_model.safetensors (worker/hf/peft_lora.cc, built with worker/hf). scale =
+//     lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora. Llama-family models; on a GGUF
+//     base the Q and K updates' rows are permuted as llama.cpp's converter permutes the weights.
 //
 // Adaptable weights: blk.N.{attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up,
 // ffn_down}.weight (llama) and blk.N.{attn_qkv, attn_output, ffn_up, ffn_down}.weight (gpt2).
 // Anything else (embeddings, the LM head, unknown names), a half pair, a shape that does not fit
 // the base model or another architecture is an InvalidArgument naming the tensor or key, when
 // the adapter is opened: a bad adapter fails at start-up, never mid-request.
-//
-// GGUF adapters are made against GGUF base models, whose Q/K rows llama.cpp's converter
-// permutes for RoPE; on a Hugging Face base (rotate-half RoPE) the Q/K updates would not line
-// up, so that pairing is refused.
 //
 // Thread safety: immutable after Open.
 #pragma once
@@ -32,28 +34,32 @@
 
 namespace tinyserve {
 
-class GgufFile;
-
 struct LoraPair {
-  TensorRef a;  // ne = [in, r]: r rows of `in`
-  TensorRef b;  // ne = [r, out]: `out` rows of r
+  TensorRef a;      // ne = [in, r]: r rows of `in`
+  TensorRef b;      // ne = [r, out]: `out` rows of r
+  float scale = 1;  // the update is scale·B·A
   int rank() const { return static_cast<int>(a.ne[1]); }
 };
 
 class LoraAdapter {
  public:
-  // Opens and checks `path` against the base model `base` (the config of the loaded model).
+  // Opens and checks `path` (a GGUF file, or a PEFT folder) against the base model `base` (the
+  // config of the loaded model). NotFound when the path does not exist.
   static absl::StatusOr<std::unique_ptr<LoraAdapter>> Open(const std::string& name,
                                                            const std::string& path,
                                                            const ModelConfig& base);
-  ~LoraAdapter();
+  // Checks pairs read by a format's reader against `base` (names and shapes) and wraps them;
+  // `storage` keeps their bytes alive.
+  static absl::StatusOr<std::unique_ptr<LoraAdapter>> Make(const std::string& name,
+                                                           const std::string& path,
+                                                           const ModelConfig& base, float alpha,
+                                                           std::map<std::string, LoraPair> pairs,
+                                                           std::shared_ptr<const void> storage);
 
   const std::string& name() const { return name_; }
   const std::string& path() const { return path_; }
   float alpha() const { return alpha_; }
   int max_rank() const { return max_rank_; }
-  // The update's factor for a pair: alpha / r, or 1 when alpha is 0.
-  float Scale(const LoraPair& p) const { return alpha_ != 0 ? alpha_ / p.rank() : 1.0f; }
   // The pair adapting base weight `name` (e.g. "blk.0.attn_q.weight"), or null.
   const LoraPair* Find(const std::string& name) const;
   size_t num_pairs() const { return pairs_.size(); }
@@ -64,11 +70,20 @@ class LoraAdapter {
   std::string name_, path_;
   float alpha_ = 0;
   int max_rank_ = 0;
-  std::unique_ptr<GgufFile> file_;
+  std::shared_ptr<const void> storage_;
   std::map<std::string, LoraPair> pairs_;
 };
 
-// A LoRA adapter to load: its name (what requests ask for) and GGUF file.
+// The InvalidArgument every adapter error is: "LoRA adapter 'NAME' (PATH): WHAT".
+absl::Status LoraError(const std::string& name, const std::string& path, const std::string& what);
+
+// A PEFT folder (worker/hf/peft_lora.cc); declared here so that Open can reach it when worker/hf
+// is built (TINYSERVE_HAVE_HF).
+absl::StatusOr<std::unique_ptr<LoraAdapter>> OpenPeftLoraAdapter(const std::string& name,
+                                                                 const std::string& dir,
+                                                                 const ModelConfig& base);
+
+// A LoRA adapter to load: its name (what requests ask for) and GGUF file or PEFT folder.
 struct LoraModule {
   std::string name, path;
 };
@@ -81,8 +96,8 @@ struct LoraInfo {
   int tensors = 0;  // weights it updates (per layer and projection)
 };
 
-// Parses "NAME=PATH" (the --lora flag). NAME: 1-64 characters of [A-Za-z0-9._-], not starting
-// with '.' or '-'.
+// Parses "NAME=PATH" (the --lora flag; PATH a GGUF adapter or a PEFT folder). NAME: 1-64 characters
+// of [A-Za-z0-9._-], not starting with '.' or '-'.
 absl::Status ParseLoraFlag(const std::string& flag, std::string* name, std::string* path);
 
 }  // namespace tinyserve

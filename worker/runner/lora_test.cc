@@ -3,11 +3,17 @@
 //     here, independently of the runner's low-rank path), and rows without equal the base;
 //   - a batch mixing adapters and the base gives each sequence its own run's logits;
 //   - two tensor-parallel half-shards with the adapter sum to the unsharded result;
-//   - malformed adapters are refused at open with an error naming what is wrong.
-// On stories260K (F32 llama). The end-to-end check against llama.cpp with a LoRA on
-// SmolLM2-135M is tests/cluster/lora_test.py.
+//   - malformed adapters are refused at open with an error naming what is wrong;
+//   - PEFT folders: on a Hugging Face model (llama-tiny, GQA) against merged weights, and on the
+//     same model presented as GGUF presents it (Q/K rows permuted, adjacent-pair RoPE) against
+//     the Hugging Face result, which checks the Q/K update permutation.
+// On stories260K (F32 llama) and scripts/make_test_models.py's llama-tiny. The end-to-end check
+// against llama.cpp with a LoRA on SmolLM2-135M is tests/cluster/lora_test.py.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <thread>
@@ -18,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/dequant.h"
 #include "worker/gguf/gguf_test_util.h"
+#include "worker/hf/safetensors_test_util.h"
 #include "worker/model/lora_adapter.h"
 #include "worker/model/weight_source.h"
 #include "worker/runner/transformer.h"
@@ -103,14 +110,16 @@ std::string WriteAdapter(const std::string& file, const std::vector<Update>& ups
 // The base model with W + scale·B·A in place of each updated weight (F32), computed directly.
 class MergedSource : public WeightSource {
  public:
-  MergedSource(const WeightSource& base, const std::vector<Update>& ups, float alpha)
+  MergedSource(const WeightSource& base, const std::vector<Update>& ups, float alpha,
+               bool rslora = false)
       : base_(base) {
     for (const Update& up : ups) {
       TensorRef t = *base.Get(up.weight);
       std::vector<float>& w = merged_[up.weight];
       w.resize(static_cast<size_t>(up.in * up.out));
       EXPECT_TRUE(DequantizeRow(t.type, t.data, w.data(), up.in * up.out).ok());
-      const float scale = alpha / static_cast<float>(up.r);
+      const float scale =
+          alpha / (rslora ? std::sqrt(static_cast<float>(up.r)) : static_cast<float>(up.r));
       for (int64_t o = 0; o < up.out; ++o)
         for (int64_t i = 0; i < up.in; ++i) {
           double s = 0;
@@ -302,6 +311,172 @@ TEST_F(LoraRunner, ForwardRefusesAnUnknownAdapterId) {
   absl::Status st = r->Forward({in}, &kv, &logits);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("LoRA adapter id 1"), std::string::npos) << st;
+}
+
+// The Hugging Face module of a GGUF weight name ("blk.1.attn_q.weight" -> "model.layers.1.
+// self_attn.q_proj").
+std::string HfModule(const std::string& gguf) {
+  const size_t a = gguf.find('.', 4), b = gguf.rfind('.');
+  const std::string layer = gguf.substr(4, a - 4), what = gguf.substr(a + 1, b - a - 1);
+  static const std::map<std::string, std::string> kModules = {
+      {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"},
+      {"ffn_gate", "mlp.gate_proj"},  {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"}};
+  return "model.layers." + layer + "." + kModules.at(what);
+}
+
+// A PEFT folder (adapter_config.json, adapter_model.safetensors) holding `ups`.
+std::string WritePeft(const std::string& dir_name, const std::vector<Update>& ups, float alpha,
+                      const std::string& extra_config = "") {
+  const std::string dir = ::testing::TempDir() + "/" + dir_name;
+  std::filesystem::create_directories(dir);
+  int r = 0;
+  std::vector<testing::FloatTensor> tensors;
+  for (const Update& up : ups) {
+    const std::string m = "base_model.model." + HfModule(up.weight);
+    tensors.push_back({m + ".lora_A.weight", {up.r, up.in}, up.a});
+    tensors.push_back({m + ".lora_B.weight", {up.out, up.r}, up.b});
+    r = static_cast<int>(up.r);
+  }
+  std::ofstream(dir + "/adapter_config.json")
+      << R"({"peft_type": "LORA", "r": )" << r << R"(, "lora_alpha": )" << alpha
+      << R"(, "bias": "none", "target_modules": ["q_proj", "v_proj"], "modules_to_save": null)"
+      << extra_config << "}";
+  std::ofstream(dir + "/adapter_model.safetensors", std::ios::binary)
+      << testing::MakeF32Safetensors(tensors);
+  return dir;
+}
+
+// A Hugging Face llama presented as a GGUF file presents it: Q and K rows permuted as
+// convert_hf_to_gguf.py permutes them (per head [2, hd/2] -> [hd/2, 2]) and adjacent-pair RoPE.
+class GgufOrientedSource : public WeightSource {
+ public:
+  explicit GgufOrientedSource(const WeightSource& hf) : hf_(hf), config_(hf.config()) {
+    config_.rope_style = RopeStyle::kAdjacent;
+    const int hd = config_.head_dim;
+    for (int l = 0; l < config_.n_layers; ++l)
+      for (const auto& [what, heads] : {std::pair<std::string, int>{"attn_q", config_.n_heads},
+                                        {"attn_k", config_.n_kv_heads}}) {
+        const std::string name = "blk." + std::to_string(l) + "." + what + ".weight";
+        TensorRef t = *hf.Get(name);
+        const int64_t cols = t.ne[0];
+        std::vector<float> w(static_cast<size_t>(cols * heads * hd));
+        EXPECT_TRUE(DequantizeRow(t.type, t.data, w.data(), static_cast<int64_t>(w.size())).ok());
+        std::vector<float>& out = permuted_[name];
+        out.resize(w.size());
+        for (int h = 0; h < heads; ++h)
+          for (int i = 0; i < hd / 2; ++i)
+            for (int c = 0; c < 2; ++c)
+              std::copy_n(&w[static_cast<size_t>((h * hd + c * (hd / 2) + i) * cols)], cols,
+                          &out[static_cast<size_t>((h * hd + 2 * i + c) * cols)]);
+      }
+  }
+  const ModelConfig& config() const override { return config_; }
+  const TokenizerData& tokenizer_data() const override { return hf_.tokenizer_data(); }
+  bool Has(const std::string& name) const override { return hf_.Has(name); }
+  std::string Describe() const override { return "gguf-oriented " + hf_.Describe(); }
+  absl::StatusOr<TensorRef> Get(const std::string& name) const override {
+    TS_ASSIGN_OR_RETURN(TensorRef t, hf_.Get(name));
+    auto it = permuted_.find(name);
+    if (it == permuted_.end()) return t;
+    t.type = GgmlType::kF32;
+    t.data = reinterpret_cast<const uint8_t*>(it->second.data());
+    t.nbytes = it->second.size() * sizeof(float);
+    return t;
+  }
+
+ private:
+  const WeightSource& hf_;
+  ModelConfig config_;
+  std::map<std::string, std::vector<float>> permuted_;
+};
+
+TEST(PeftLora, HfModelMatchesMergedWeightsAndGgufOrientationMatchesHf) {
+  const char* models = std::getenv("TINYSERVE_TEST_MODELS");
+  if (models == nullptr) GTEST_SKIP() << "TINYSERVE_TEST_MODELS is not set (CTest fixture)";
+  auto hf = OpenWeightSource(std::string(models) + "/llama-tiny");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const ModelConfig& c = (*hf)->config();
+  ASSERT_EQ(c.rope_style, RopeStyle::kRotateHalf);
+  ASSERT_NE(c.n_heads, c.n_kv_heads);  // GQA: K permutes with the KV head count
+  const std::vector<int32_t> ids = {5, 9, 200, 17, 33, 1,  80, 81, 82, 150, 151,
+                                    7, 8, 9,   10, 11, 12, 13, 14, 15, 16,  99};
+  auto runner = [&](const WeightSource& src) {
+    auto r = TransformerRunner::Create(src, RunnerOptions());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return std::move(*r);
+  };
+  const std::vector<Update> ups = RandomUpdates(c, 4, 7);
+  for (const bool rslora : {false, true}) {
+    const std::string dir =
+        WritePeft(rslora ? "peft-rs" : "peft", ups, 8.0f, rslora ? R"(, "use_rslora": true)" : "");
+    MergedSource merged(**hf, ups, 8.0f, rslora);
+    const auto want = RunBatch(*runner(merged), {{ids, 0}})[0];
+    auto with = runner(**hf);
+    auto infos = AddLoras({{"p", dir}}, with.get());
+    ASSERT_TRUE(infos.ok()) << infos.status();
+    const auto got = RunBatch(*with, {{ids, 1}})[0];
+    EXPECT_GT(RelErr(want, RunBatch(*with, {{ids, 0}})[0]), 0.02f);  // the adapter matters
+    EXPECT_LE(RelErr(got, want), 2e-3f) << (rslora ? "rslora" : "lora");
+
+    // The same model as GGUF orients it: the base agrees with the HF one (RoPE pairs and
+    // permuted rows are the same computation), and so does the adapter, whose Q/K updates the
+    // reader permutes.
+    GgufOrientedSource gguf(**hf);
+    auto g = runner(gguf);
+    EXPECT_LE(RelErr(RunBatch(*g, {{ids, 0}})[0], RunBatch(*with, {{ids, 0}})[0]), 1e-4f);
+    ASSERT_TRUE(AddLoras({{"p", dir}}, g.get()).ok());
+    EXPECT_LE(RelErr(RunBatch(*g, {{ids, 1}})[0], got), 2e-3f) << (rslora ? "rslora" : "lora");
+    // A GGUF adapter does not fit a Hugging Face base.
+    const std::string as_gguf = WriteAdapter("hf-base.gguf", ups, 8.0f);
+    auto refused = AddLoras({{"g", as_gguf}}, with.get());
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("give the adapter as a PEFT folder"),
+              std::string::npos);
+  }
+}
+
+TEST_F(LoraRunner, MalformedPeftFoldersAreRefusedNamingWhatIsWrong) {
+  const ModelConfig& c = src_->config();
+  std::vector<Update> one(ups1_.begin(), ups1_.begin() + 2);
+  auto expect_error = [&](const std::string& dir, const std::string& needle) {
+    auto a = LoraAdapter::Open("x", dir, c);
+    ASSERT_FALSE(a.ok()) << needle;
+    EXPECT_NE(a.status().message().find(needle), std::string::npos) << a.status();
+  };
+  EXPECT_TRUE(LoraAdapter::Open("x", WritePeft("peft-ok", one, 8), c).ok());
+  expect_error(WritePeft("peft-save", one, 8, R"(, "modules_to_save": ["lm_head"])"),
+               "modules_to_save");
+  expect_error(WritePeft("peft-dora", one, 8, R"(, "use_dora": true)"), "DoRA");
+  {
+    const std::string dir = WritePeft("peft-bin", one, 8);
+    std::filesystem::remove(dir + "/adapter_model.safetensors");
+    std::ofstream(dir + "/adapter_model.bin") << "pickle";
+    expect_error(dir, "safe_serialization=True");
+  }
+  {
+    const std::string dir = ::testing::TempDir() + "/peft-none";
+    std::filesystem::create_directories(dir);
+    expect_error(dir, "without adapter_config.json");
+  }
+  {
+    std::vector<Update> bad = one;
+    bad[0].weight = "blk.0.attn_q.weight";
+    const std::string dir = WritePeft("peft-half", {bad[0]}, 8);
+    // Drop the B factor: rewrite the safetensors with A only.
+    std::ofstream(dir + "/adapter_model.safetensors", std::ios::binary)
+        << testing::MakeF32Safetensors(
+               {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+                 {bad[0].r, bad[0].in},
+                 bad[0].a}});
+    expect_error(dir, "'blk.0.attn_q.weight' has only its lora_A factor");
+    std::ofstream(dir + "/adapter_model.safetensors", std::ios::binary)
+        << testing::MakeF32Safetensors({{"base_model.model.model.embed_tokens.lora_embedding_A",
+                                         {4, 8},
+                                         std::vector<float>(32, 0.0f)}});
+    expect_error(dir, "is not a LoRA factor");
+  }
 }
 
 TEST_F(LoraRunner, MalformedAdaptersAreRefusedNamingWhatIsWrong) {

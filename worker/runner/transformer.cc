@@ -104,7 +104,7 @@ absl::StatusOr<int> TransformerRunner::AddLora(const LoraAdapter& adapter) {
     if (i0 < 0) i0 = 0, i1 = in;
     TS_ASSIGN_OR_RETURN(std::vector<float> a, TensorBlock(p->a, 0, r, i0, i1));
     TS_ASSIGN_OR_RETURN(std::vector<float> b, TensorBlock(p->b, o0, o1, 0, r));
-    const float scale = adapter.Scale(*p);
+    const float scale = p->scale;
     const int64_t n_out = o1 - o0;
     std::vector<float> bt(static_cast<size_t>(r * n_out));
     for (int64_t o = 0; o < n_out; ++o)
