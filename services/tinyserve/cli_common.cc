@@ -34,7 +34,8 @@ void EngineFlags::Register(FlagSet* f) {
   f->Int("oracle-every", &oracle_every, "compare with the oracle every N decode steps (0: never)");
   f->String("gqa", &gqa, "quest: combine a GQA group's scores by sum (default) or max");
   f->StringList("lora", &loras,
-                "load a LoRA adapter (GGUF, llama.cpp's format) as NAME=PATH; requests pick it by "
+                "load a LoRA adapter as NAME=PATH (a PEFT folder or llama.cpp's GGUF file); "
+                "requests pick it by "
                 "name (repeatable)");
 }
 

@@ -76,7 +76,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   flags.String("server", &server, "send the request to a TinyServe server at HOST:PORT");
   flags.String("adapter", &adapter,
                "the LoRA adapter to generate with (a --lora NAME, or one the server loaded); "
-               "default: the only --lora given, else the base model");
+               "default: the only --lora given, else the base model; 'base': the base model");
   ef.Register(&flags);
   // Not in EngineFlags: `worker` registers its own --kv-dtype.
   flags.String("kv-dtype", &ef.options.kv_dtype, "KV cache storage: f16 or int8");
@@ -99,14 +99,14 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   Stopwatch load;
   absl::StatusOr<EngineOptions> engine_options = ef.Build();
   if (!engine_options.ok()) return FailWith(std::string(engine_options.status().message()));
-  int lora = engine_options->loras.size() == 1 && adapter.empty() ? 1 : 0;
-  for (size_t i = 0; i < engine_options->loras.size(); ++i)
-    if (engine_options->loras[i].name == adapter) lora = static_cast<int>(i) + 1;
-  if (!adapter.empty() && lora == 0)
-    return FailWith("--adapter: no --lora adapter is named '" + adapter + "'");
   auto engine_or = Engine::Create(*std::move(engine_options));
   if (!engine_or.ok()) return FailWith(std::string(engine_or.status().message()));
   Engine& engine = **engine_or;
+  int lora = adapter.empty() && engine.loras().size() == 1 ? 1 : 0;
+  if (!adapter.empty() && adapter != "base") {
+    lora = LoraId(engine.loras(), adapter);
+    if (lora == 0) return FailWith("--adapter: no --lora adapter is named '" + adapter + "'");
+  }
   const double load_s = load.Seconds();
   std::unique_ptr<TraceObserver> tracer;
   if (!trace.empty()) {

@@ -190,6 +190,12 @@ class LoraTest(cl.ClusterCase):
         status, body = post(r2.http_port, "/v1/completions",
                             {"model": "anything", "prompt": "Once", "max_tokens": 2})
         self.assertEqual(status, 200, body)
+        # An adapter may not take the served model's name (requests naming it get the base).
+        base_name = get(r2.http_port, "/v1/models")["data"][0]["id"]
+        w = self.cluster.worker("--lora", f"{base_name}={paths['attn-r4']}", ready=False)
+        self.assertNotEqual(w.wait(timeout=60), 0)
+        with open(os.path.join(self.cluster.log_dir, f"worker-{w.port}.log")) as f:
+            self.assertIn("is the served model's name", f.read())
 
 
 if __name__ == "__main__":

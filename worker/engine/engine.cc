@@ -1038,6 +1038,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     ro.max_positions = impl->max_context;
     TS_ASSIGN_OR_RETURN(impl->runner, TransformerRunner::Create(*impl->source, ro));
     TS_ASSIGN_OR_RETURN(impl->loras, AddLoras(options.loras, impl->runner.get()));
+    // The name the APIs serve the base model by (GetModelInfo: the model's name, else its path).
+    const std::string& served = mc.name.empty() ? options.model_path : mc.name;
+    for (const LoraInfo& l : impl->loras)
+      if (l.name == served)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--lora: adapter name '", l.name, "' is the served model's name (pick another)"));
     KvCacheConfig probe = impl->runner->MakeKvConfig(options.page_size, 1);
     probe.dtype = kv_dtype;
     if (n_pages <= 0)
@@ -1064,6 +1070,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     hello.n_layers = mc.n_layers;
     hello.vocab_size = mc.vocab_size;
     hello.n_loras = static_cast<int32_t>(impl->loras.size());
+    hello.lora_digest = LoraDigest(impl->loras);
     TS_RETURN_IF_ERROR(BroadcastHello(impl->tp, &hello));
     TS_RETURN_IF_ERROR(impl->tp->Barrier());
     impl->tp_last_send = NowSeconds();

@@ -8,9 +8,9 @@
 // Q and K updates' B rows are permuted the same way (convert_hf_to_gguf.py's permute: per head,
 // rows [2, hd/2] -> [hd/2, 2]; K with the KV head count).
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -82,20 +82,21 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> OpenPeftLoraAdapter(const std::stri
   auto storage = std::make_shared<PeftStorage>();
   storage->file = std::move(*file);
 
-  static const std::regex kName(R"(^base_model\.model\.(.+)\.lora_([AB])\.weight$)");
+  constexpr std::string_view kPrefix = "base_model.model.", kA = ".lora_A.weight",
+                             kB = ".lora_B.weight";
   std::map<std::string, LoraPair> pairs;
-  std::map<std::string, int> halves;  // GGUF name -> bit 1: A, bit 2: B
   for (const auto& [tname, t] : storage->file->tensors()) {
-    std::smatch m;
-    if (!std::regex_match(tname, m, kName))
+    const std::string_view n = tname;
+    const bool is_a = n.ends_with(kA);
+    if (!n.starts_with(kPrefix) || !(is_a || n.ends_with(kB)) ||
+        n.size() <= kPrefix.size() + kA.size())
       return fail(absl::StrCat(
           "tensor '", tname, "' is not a LoRA factor (base_model.model.<module>.lora_A/B.weight)"));
-    const HfNameMapping map =
-        MapHfTensorName(base.arch, base.tied_embeddings, m[1].str() + ".weight");
+    const std::string module(n.substr(kPrefix.size(), n.size() - kPrefix.size() - kA.size()));
+    const HfNameMapping map = MapHfTensorName(base.arch, base.tied_embeddings, module + ".weight");
     if (map.action != HfNameMapping::Action::kMap)
       return fail(
-          absl::StrCat("tensor '", tname, "': '", m[1].str(), "' is not a module of this model"));
-    const bool is_a = m[2] == "A";
+          absl::StrCat("tensor '", tname, "': '", module, "' is not a module of this model"));
     if (t.shape.size() != 2) return fail(absl::StrCat("tensor '", tname, "' is not 2-D"));
     TensorRef ref;
     ref.name = tname;
@@ -105,12 +106,11 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> OpenPeftLoraAdapter(const std::stri
     ref.nbytes = t.nbytes;
     LoraPair& p = pairs[map.gguf_name];
     (is_a ? p.a : p.b) = std::move(ref);
-    halves[map.gguf_name] |= is_a ? 1 : 2;
   }
   for (auto& [gguf, p] : pairs) {
-    if (halves[gguf] != 3)
-      return fail(absl::StrCat("'", gguf, "' has only its lora_", halves[gguf] == 1 ? "A" : "B",
-                               " factor"));
+    if (p.a.ne.empty() || p.b.ne.empty())
+      return fail(
+          absl::StrCat("'", gguf, "' has only its lora_", p.b.ne.empty() ? "A" : "B", " factor"));
     const int64_t rank = p.b.ne[0];
     p.scale = rank < 1 ? 1.0f
                        : lora_alpha / (rslora ? std::sqrt(static_cast<float>(rank))

@@ -179,11 +179,35 @@ const LoraPair* LoraAdapter::Find(const std::string& name) const {
   return it == pairs_.end() ? nullptr : &it->second;
 }
 
+uint64_t LoraDigest(const std::vector<LoraInfo>& loras) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  auto mix = [&](std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 0x100000001B3ull;
+    }
+    h ^= 0xff;  // separator
+    h *= 0x100000001B3ull;
+  };
+  for (const LoraInfo& l : loras) {
+    mix(l.name);
+    mix(absl::StrCat(l.max_rank, ":", l.tensors));
+  }
+  return h;
+}
+
+int LoraId(const std::vector<LoraInfo>& loras, const std::string& name) {
+  for (size_t i = 0; i < loras.size(); ++i)
+    if (loras[i].name == name) return static_cast<int>(i) + 1;
+  return 0;
+}
+
 absl::Status ParseLoraFlag(const std::string& flag, std::string* name, std::string* path) {
   const size_t eq = flag.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == flag.size())
     return absl::InvalidArgumentError(absl::StrCat(
-        "--lora: expected NAME=PATH (a name and a GGUF adapter file), got '", flag, "'"));
+        "--lora: expected NAME=PATH (a name and a GGUF adapter file or PEFT folder), got '", flag,
+        "'"));
   *name = flag.substr(0, eq);
   *path = flag.substr(eq + 1);
   const bool ok_chars = name->find_first_not_of(

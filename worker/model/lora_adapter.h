@@ -96,8 +96,15 @@ struct LoraInfo {
   int tensors = 0;  // weights it updates (per layer and projection)
 };
 
-// Parses "NAME=PATH" (the --lora flag; PATH a GGUF adapter or a PEFT folder). NAME: 1-64 characters
-// of [A-Za-z0-9._-], not starting with '.' or '-'.
+// A digest of the adapters' names, ranks and tensor counts in order (not paths, which may
+// differ between hosts): tensor-parallel ranks compare it, since a sequence's adapter travels
+// as its index.
+uint64_t LoraDigest(const std::vector<LoraInfo>& loras);
+// 1 + the index of the adapter named `name`, or 0 when there is none.
+int LoraId(const std::vector<LoraInfo>& loras, const std::string& name);
+
+// Parses "NAME=PATH" (the --lora flag; PATH a GGUF adapter or a PEFT folder). NAME: 1-64
+// characters of [A-Za-z0-9._:/-], not starting with '.' or '-'.
 absl::Status ParseLoraFlag(const std::string& flag, std::string* name, std::string* path);
 
 }  // namespace tinyserve

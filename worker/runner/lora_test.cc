@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <thread>
@@ -65,9 +66,12 @@ std::vector<Update> RandomUpdates(const ModelConfig& c, int r, uint32_t seed) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const int64_t D = c.dim, qd = int64_t{c.n_heads} * c.head_dim,
                 kd = int64_t{c.n_kv_heads} * c.head_dim, F = c.ffn_dim;
-  const std::vector<std::tuple<const char*, int64_t, int64_t>> shapes = {
+  std::vector<std::tuple<const char*, int64_t, int64_t>> shapes = {
       {"attn_q", D, qd},  {"attn_k", D, kd}, {"attn_v", D, kd}, {"attn_output", qd, D},
       {"ffn_gate", D, F}, {"ffn_up", D, F},  {"ffn_down", F, D}};
+  if (c.arch == Arch::kGpt2)
+    shapes = {
+        {"attn_qkv", D, qd + 2 * kd}, {"attn_output", qd, D}, {"ffn_up", D, F}, {"ffn_down", F, D}};
   std::vector<Update> ups;
   for (int l = 0; l < c.n_layers; ++l)
     for (const auto& [what, in, out] : shapes) {
@@ -95,7 +99,7 @@ std::string WriteAdapter(const std::string& file, const std::vector<Update>& ups
   b.AddString("general.architecture", arch);
   b.AddString("general.type", "adapter");
   b.AddString("adapter.type", "lora");
-  b.AddF32("adapter.lora.alpha", alpha);
+  if (alpha >= 0) b.AddF32("adapter.lora.alpha", alpha);  // < 0: absent
   for (const Update& up : ups) {
     b.AddTensor(up.weight + ".lora_a", up.type,
                 {static_cast<uint64_t>(up.in), static_cast<uint64_t>(up.r)}, Bytes(up.a, up.type));
@@ -118,8 +122,9 @@ class MergedSource : public WeightSource {
       std::vector<float>& w = merged_[up.weight];
       w.resize(static_cast<size_t>(up.in * up.out));
       EXPECT_TRUE(DequantizeRow(t.type, t.data, w.data(), up.in * up.out).ok());
-      const float scale =
-          alpha / (rslora ? std::sqrt(static_cast<float>(up.r)) : static_cast<float>(up.r));
+      const float scale = alpha == 0 ? 1.0f
+                                     : alpha / (rslora ? std::sqrt(static_cast<float>(up.r))
+                                                       : static_cast<float>(up.r));
       for (int64_t o = 0; o < up.out; ++o)
         for (int64_t i = 0; i < up.in; ++i) {
           double s = 0;
@@ -260,6 +265,40 @@ TEST_F(LoraRunner, AdapterRowsMatchMergedWeightsAndBaseRowsTheBase) {
   // transformer_test's comparisons): about 6e-4 of the largest logit here.
   EXPECT_LE(RelErr(RunBatch(*with, {{kPrompt, 1}})[0], want1), 2e-3f);
   EXPECT_LE(RelErr(RunBatch(*with, {{kPrompt, 2}})[0], want2), 2e-3f);
+}
+
+// No adapter.lora.alpha: scale 1 (llama.cpp's rule); the weights of one adapter may have
+// different ranks (each update is scaled by its own).
+TEST_F(LoraRunner, AbsentAlphaMeansScaleOneAndRanksMayDiffer) {
+  std::vector<Update> ups = RandomUpdates(src_->config(), 2, 5);
+  const std::vector<Update> wide = RandomUpdates(src_->config(), 6, 6);
+  for (size_t i = 0; i < ups.size(); i += 2) ups[i] = wide[i];
+  auto with = Runner(*src_);
+  ASSERT_TRUE(AddLoras({{"mixed", WriteAdapter("mixed.gguf", ups, -1)}}, with.get()).ok());
+  MergedSource merged(*src_, ups, 0.0f);
+  auto m = Runner(merged);
+  const auto want = RunBatch(*m, {{kPrompt, 0}})[0];
+  EXPECT_GT(RelErr(want, RunBatch(*with, {{kPrompt, 0}})[0]), 0.02f);
+  EXPECT_LE(RelErr(RunBatch(*with, {{kPrompt, 1}})[0], want), 2e-3f);
+}
+
+// GPT-2's fused Q/K/V weight: one update whose B rows split into the three projections.
+TEST(Gpt2Lora, FusedQkvUpdateMatchesMergedWeights) {
+  const char* models = std::getenv("TINYSERVE_TEST_MODELS");
+  if (models == nullptr) GTEST_SKIP() << "TINYSERVE_TEST_MODELS is not set (CTest fixture)";
+  auto src = OpenWeightSource(std::string(models) + "/gpt2-tiny");
+  ASSERT_TRUE(src.ok()) << src.status();
+  const std::vector<Update> ups = RandomUpdates((*src)->config(), 4, 9);
+  const std::string path = WriteAdapter("gpt2.gguf", ups, 8.0f, "gpt2");
+  MergedSource merged(**src, ups, 8.0f);
+  auto m = TransformerRunner::Create(merged, RunnerOptions());
+  auto with = TransformerRunner::Create(**src, RunnerOptions());
+  ASSERT_TRUE(m.ok() && with.ok());
+  ASSERT_TRUE(AddLoras({{"g", path}}, with->get()).ok());
+  const std::vector<int32_t> ids = {5, 9, 200, 17, 33, 1, 80, 81, 82, 150};
+  const auto want = RunBatch(**m, {{ids, 0}})[0];
+  EXPECT_GT(RelErr(want, RunBatch(**with, {{ids, 0}})[0]), 0.02f);
+  EXPECT_LE(RelErr(RunBatch(**with, {{ids, 1}})[0], want), 2e-3f);
 }
 
 TEST_F(LoraRunner, MixedBatchGivesEachSequenceItsOwnResult) {
@@ -517,6 +556,16 @@ TEST_F(LoraRunner, MalformedAdaptersAreRefusedNamingWhatIsWrong) {
     const std::string path = ::testing::TempDir() + "/half.gguf";
     ASSERT_TRUE(testing_gguf::WriteFile(path, b.Build()));
     expect_error(open(path), "'blk.0.attn_q.weight.lora_a' has no .lora_b partner");
+  }
+  {
+    std::vector<Update> bad = one;
+    bad[0].b[3] = std::numeric_limits<float>::quiet_NaN();
+    auto r = Runner(*src_);
+    auto st = AddLoras({{"nan", WriteAdapter("nan.gguf", bad, 8)}}, r.get());
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.status().message().find("blk.0.attn_q.weight.lora_b': row 0 holds nan"),
+              std::string::npos)
+        << st.status();
   }
   // Names, for --lora.
   std::string name, path;

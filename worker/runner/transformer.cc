@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "common/timer.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequant.h"
 #include "worker/kv/kv_span.h"
 #include "worker/model/lora_adapter.h"
@@ -59,16 +60,19 @@ absl::StatusOr<std::vector<float>> TensorBlock(const TensorRef& t, int64_t r0, i
         DequantizeRow(t.type, t.data + static_cast<size_t>(r) * row_bytes, row.data(), cols);
     if (!st.ok())
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", st.message()));
+    for (int64_t c = c0; c < c1; ++c)
+      if (!std::isfinite(row[c]))
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name, "': row ", r, " holds ", row[c], " (not finite)"));
     out.insert(out.end(), row.begin() + c0, row.begin() + c1);
   }
   return out;
 }
 
 // y[o] += sum_j c[j] bt[j][o] for o < n_out (a LoRA update's B product for one row): blocks of
-// outputs accumulate all r terms in L1 and touch y once. Compiled for AVX-512, AVX2+FMA and
-// the baseline, picked at load (the runner's own sources are built for the baseline).
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void LoraExpandRow(
-    const float* c, int64_t r, const float* bt, int64_t n_out, float* y) {
+// outputs accumulate all r terms in L1 and touch y once.
+template <int kTag>
+void LoraExpandRowT(const float* c, int64_t r, const float* bt, int64_t n_out, float* y) {
   constexpr int64_t kBlock = 256;
   float acc[kBlock];
   for (int64_t o0 = 0; o0 < n_out; o0 += kBlock) {
@@ -83,25 +87,58 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
+// The runner's sources are built for the baseline ISA; with GCC on x86-64 the same loop is also
+// compiled for AVX2+FMA and AVX-512, used when ActiveCpuIsa() (TINYSERVE_CPU_ISA) allows.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("avx2,fma"))) void LoraExpandRowAvx2(const float* c, int64_t r,
+                                                           const float* bt, int64_t n_out,
+                                                           float* y) {
+  LoraExpandRowT<1>(c, r, bt, n_out, y);
+}
+__attribute__((target("avx512f,avx2,fma"))) void LoraExpandRowAvx512(const float* c, int64_t r,
+                                                                     const float* bt, int64_t n_out,
+                                                                     float* y) {
+  LoraExpandRowT<2>(c, r, bt, n_out, y);
+}
+#endif
+
+using LoraExpandFn = void (*)(const float*, int64_t, const float*, int64_t, float*);
+LoraExpandFn PickLoraExpand() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  const CpuIsa isa = ActiveCpuIsa();
+  if (isa >= CpuIsa::kAvx512) return LoraExpandRowAvx512;
+  if (isa >= CpuIsa::kAvx2) return LoraExpandRowAvx2;
+#endif
+  return LoraExpandRowT<0>;
+}
+
 }  // namespace
+
+TransformerRunner::ShardRanges TransformerRunner::Shard() const {
+  const int64_t hd = config_.head_dim;
+  ShardRanges s;
+  s.qd = config_.n_heads * hd;
+  s.kd = config_.n_kv_heads * hd;
+  s.q0 = head_start_ * hd;
+  s.q1 = s.q0 + heads_local_ * hd;
+  s.k0 = kv_start_ * hd;
+  s.k1 = s.k0 + kv_local_ * hd;
+  s.f0 = int64_t{options_.rank} * ffn_local_;
+  s.f1 = s.f0 + ffn_local_;
+  return s;
+}
 
 absl::StatusOr<int> TransformerRunner::AddLora(const LoraAdapter& adapter) {
   const ModelConfig& c = config_;
-  const int hd = c.head_dim;
-  const bool ws1 = options_.world_size == 1;
-  const int64_t qd = int64_t{c.n_heads} * hd, kd = int64_t{c.n_kv_heads} * hd;
-  const int64_t q0 = int64_t{head_start_} * hd, q1 = q0 + int64_t{heads_local_} * hd;
-  const int64_t k0 = int64_t{kv_start_} * hd, k1 = k0 + int64_t{kv_local_} * hd;
-  const int64_t f0 = int64_t{options_.rank} * ffn_local_, f1 = f0 + ffn_local_;
+  const auto [qd, kd, q0, q1, k0, k1, f0, f1] = Shard();
+  const int64_t D = c.dim;
   // The update of `weight` restricted to output rows [o0, o1) (B's rows) and input columns
-  // [i0, i1) (A's columns); -1 for all.
+  // [i0, i1) (A's columns).
   auto delta = [&](const std::string& weight, int64_t o0, int64_t o1, int64_t i0,
                    int64_t i1) -> absl::StatusOr<LoraDelta> {
     const LoraPair* p = adapter.Find(weight);
     if (p == nullptr) return LoraDelta{};
-    const int64_t r = p->rank(), in = p->a.ne[0], out = p->b.ne[1];
-    if (o0 < 0) o0 = 0, o1 = out;
-    if (i0 < 0) i0 = 0, i1 = in;
+    const int64_t r = p->rank();
     TS_ASSIGN_OR_RETURN(std::vector<float> a, TensorBlock(p->a, 0, r, i0, i1));
     TS_ASSIGN_OR_RETURN(std::vector<float> b, TensorBlock(p->b, o0, o1, 0, r));
     const float scale = p->scale;
@@ -116,19 +153,19 @@ absl::StatusOr<int> TransformerRunner::AddLora(const LoraAdapter& adapter) {
     LoraLayer& L = layers[i];
     if (c.arch == Arch::kGpt2) {
       const std::string qkv = Blk(i, "attn_qkv.weight");
-      TS_ASSIGN_OR_RETURN(L.q, delta(qkv, q0, q1, -1, -1));
-      TS_ASSIGN_OR_RETURN(L.k, delta(qkv, qd + k0, qd + k1, -1, -1));
-      TS_ASSIGN_OR_RETURN(L.v, delta(qkv, qd + kd + k0, qd + kd + k1, -1, -1));
+      TS_ASSIGN_OR_RETURN(L.q, delta(qkv, q0, q1, 0, D));
+      TS_ASSIGN_OR_RETURN(L.k, delta(qkv, qd + k0, qd + k1, 0, D));
+      TS_ASSIGN_OR_RETURN(L.v, delta(qkv, qd + kd + k0, qd + kd + k1, 0, D));
     } else {
-      TS_ASSIGN_OR_RETURN(L.q, delta(Blk(i, "attn_q.weight"), ws1 ? -1 : q0, q1, -1, -1));
-      TS_ASSIGN_OR_RETURN(L.k, delta(Blk(i, "attn_k.weight"), ws1 ? -1 : k0, k1, -1, -1));
-      TS_ASSIGN_OR_RETURN(L.v, delta(Blk(i, "attn_v.weight"), ws1 ? -1 : k0, k1, -1, -1));
-      TS_ASSIGN_OR_RETURN(L.gate, delta(Blk(i, "ffn_gate.weight"), ws1 ? -1 : f0, f1, -1, -1));
+      TS_ASSIGN_OR_RETURN(L.q, delta(Blk(i, "attn_q.weight"), q0, q1, 0, D));
+      TS_ASSIGN_OR_RETURN(L.k, delta(Blk(i, "attn_k.weight"), k0, k1, 0, D));
+      TS_ASSIGN_OR_RETURN(L.v, delta(Blk(i, "attn_v.weight"), k0, k1, 0, D));
+      TS_ASSIGN_OR_RETURN(L.gate, delta(Blk(i, "ffn_gate.weight"), f0, f1, 0, D));
     }
-    TS_ASSIGN_OR_RETURN(L.up, delta(Blk(i, "ffn_up.weight"), ws1 ? -1 : f0, f1, -1, -1));
+    TS_ASSIGN_OR_RETURN(L.up, delta(Blk(i, "ffn_up.weight"), f0, f1, 0, D));
     // Row-parallel weights: this rank's input columns; the all-reduce sums the parts.
-    TS_ASSIGN_OR_RETURN(L.o, delta(Blk(i, "attn_output.weight"), -1, -1, ws1 ? -1 : q0, q1));
-    TS_ASSIGN_OR_RETURN(L.down, delta(Blk(i, "ffn_down.weight"), -1, -1, ws1 ? -1 : f0, f1));
+    TS_ASSIGN_OR_RETURN(L.o, delta(Blk(i, "attn_output.weight"), 0, D, q0, q1));
+    TS_ASSIGN_OR_RETURN(L.down, delta(Blk(i, "ffn_down.weight"), 0, D, f0, f1));
   }
   loras_.push_back(std::move(layers));
   return static_cast<int>(loras_.size());
@@ -175,7 +212,7 @@ absl::StatusOr<std::unique_ptr<TransformerRunner>> TransformerRunner::Create(
 
 absl::Status TransformerRunner::Load(const WeightSource& src) {
   const ModelConfig& c = config_;
-  const int hd = c.head_dim, D = c.dim;
+  const int D = c.dim;
   const bool gpt2 = c.arch == Arch::kGpt2;
   const bool first = options_.rank == 0;
   auto prep = [&](Matrix m) -> absl::StatusOr<Matrix> {
@@ -207,10 +244,7 @@ absl::Status TransformerRunner::Load(const WeightSource& src) {
     TS_ASSIGN_OR_RETURN(output_, prep(token_embd_));
   }
 
-  const int64_t q0 = static_cast<int64_t>(head_start_) * hd, q1 = q0 + heads_local_ * hd;
-  const int64_t k0 = static_cast<int64_t>(kv_start_) * hd, k1 = k0 + kv_local_ * hd;
-  const int64_t f0 = static_cast<int64_t>(options_.rank) * ffn_local_, f1 = f0 + ffn_local_;
-  const int64_t qd = static_cast<int64_t>(c.n_heads) * hd, kd = static_cast<int64_t>(c.n_kv_heads) * hd;
+  const auto [qd, kd, q0, q1, k0, k1, f0, f1] = Shard();
   layers_.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     Layer& L = layers_[i];
@@ -323,6 +357,7 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
   timings_ = ForwardTimings();
   Stopwatch total;
   // Rows of the activation matrices: sequence s owns rows [row0[s], row0[s] + n).
+  bool any_lora = false;
   std::vector<int> row0(batch.size() + 1, 0);
   for (size_t s = 0; s < batch.size(); ++s) {
     const SeqInput& in = batch[s];
@@ -338,6 +373,10 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
       if (in.tokens[i] < 0 || in.tokens[i] >= c.vocab_size)
         return absl::InvalidArgumentError(absl::StrCat("token id ", in.tokens[i],
                                                        " is out of range [0, ", c.vocab_size, ")"));
+    if (in.lora < 0 || in.lora > num_loras())
+      return absl::InvalidArgumentError(
+          absl::StrCat("LoRA adapter id ", in.lora, " is out of range [0, ", num_loras(), "]"));
+    any_lora |= in.lora != 0;
     row0[s + 1] = row0[s] + in.n;
   }
   const int T = row0.back();
@@ -367,13 +406,7 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     }
 
   ThreadPool* pool = options_.pool;
-  bool any_lora = false;
-  for (const SeqInput& in : batch) {
-    if (in.lora < 0 || in.lora > num_loras())
-      return absl::InvalidArgumentError(
-          absl::StrCat("LoRA adapter id ", in.lora, " is out of range [0, ", num_loras(), "]"));
-    any_lora |= in.lora != 0;
-  }
+  const LoraExpandFn lora_expand = any_lora ? PickLoraExpand() : nullptr;
   // y = x·Wᵀ for every row, then each run of consecutive sequences with the same adapter adds
   // its update (x·Aᵀ)·Bᵀ on its rows (B carries the scale), as r vector updates per row.
   auto matmul = [&](const Matrix& w, const float* in, float* out,
@@ -392,7 +425,7 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
         MatMul(d.a, in + t0 * w.cols, n, lora_r_.data(), pool);
         auto expand = [&](int64_t i0, int64_t i1, int) {
           for (int64_t i = i0; i < i1; ++i)
-            LoraExpandRow(&lora_r_[i * r], r, d.bt.data(), n_out, out + (t0 + i) * n_out);
+            lora_expand(&lora_r_[i * r], r, d.bt.data(), n_out, out + (t0 + i) * n_out);
         };
         if (pool != nullptr && pool->num_threads() > 1 && n >= 16) {
           pool->ParallelFor(n, expand);

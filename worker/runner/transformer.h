@@ -108,6 +108,12 @@ class TransformerRunner {
     LoraDelta q, k, v, o, gate, up, down;
   };
 
+  // This rank's slices: query rows [q0, q1) of qd, KV rows [k0, k1) of kd, MLP rows [f0, f1).
+  struct ShardRanges {
+    int64_t qd, kd, q0, q1, k0, k1, f0, f1;
+  };
+  ShardRanges Shard() const;
+
   TransformerRunner() = default;
   absl::Status Load(const WeightSource& source);
   void Norm(const float* x, const std::vector<float>& w, const std::vector<float>& b, float* y)

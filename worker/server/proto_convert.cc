@@ -109,8 +109,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
   out.sampling = ToSampling(request.sampling());
   out.cache_salt = CacheSaltSeed(request.cache_salt());
   if (!request.lora_adapter().empty()) {
-    for (size_t i = 0; i < loras.size() && out.lora == 0; ++i)
-      if (loras[i].name == request.lora_adapter()) out.lora = static_cast<int>(i) + 1;
+    out.lora = LoraId(loras, request.lora_adapter());
     if (out.lora == 0) {
       std::vector<std::string> names;
       for (const LoraInfo& l : loras) names.push_back(l.name);

@@ -20,7 +20,7 @@ namespace tinyserve {
 absl::StatusOr<GenerateRequest> ToEngineRequest(const tinyserve::v1::GenerateRequest& request,
                                                 const Tokenizer& tokenizer,
                                                 const SelectionSpec& default_selection,
-                                                const std::vector<LoraInfo>& loras = {});
+                                                const std::vector<LoraInfo>& loras);
 
 tinyserve::v1::FinishReason ToProtoFinishReason(FinishReason reason);
 // Fills Complete.usage, timing and selection from the engine's usage.

@@ -67,7 +67,8 @@ struct TpHello {
   int32_t max_context = 0;
   int64_t kv_pages = 0;
   int32_t n_layers = 0, vocab_size = 0;  // checked against the follower's model
-  int32_t n_loras = 0;                   // and its LoRA adapters
+  int32_t n_loras = 0;                   // and its LoRA adapters, in order (LoraDigest)
+  uint64_t lora_digest = 0;
 };
 absl::Status BroadcastHello(Communicator* comm, TpHello* hello);  // in on rank 0, out elsewhere
 

@@ -44,14 +44,16 @@ absl::StatusOr<std::unique_ptr<TpFollower>> TpFollower::Create(const TpFollowerO
   ro.pool = st->pool.get();
   // The RoPE table covers the model's whole context; rank 0 may cap it lower, never higher.
   TS_ASSIGN_OR_RETURN(st->runner, TransformerRunner::Create(*st->source, ro));
-  TS_RETURN_IF_ERROR(AddLoras(options.loras, st->runner.get()).status());
+  TS_ASSIGN_OR_RETURN(const std::vector<LoraInfo> loras, AddLoras(options.loras, st->runner.get()));
   // Rank 0 sends the hello once its own engine is built (Engine::Create).
   TS_RETURN_IF_ERROR(BroadcastHello(comm, &st->hello));
   const ModelConfig& mc = st->runner->config();
-  if (st->hello.n_loras != st->runner->num_loras())
+  if (st->hello.n_loras != static_cast<int32_t>(loras.size()) ||
+      st->hello.lora_digest != LoraDigest(loras))
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", comm->rank(), ": rank 0 serves ", st->hello.n_loras,
-                     " LoRA adapters, this rank loaded ", st->runner->num_loras()));
+                     " LoRA adapters, this rank loaded ", loras.size(),
+                     " (the --lora flags must name the same adapters in the same order)"));
   if (st->hello.n_layers != mc.n_layers || st->hello.vocab_size != mc.vocab_size ||
       st->hello.page_size < 1 || st->hello.kv_pages < 1)
     return absl::FailedPreconditionError(absl::StrCat(
