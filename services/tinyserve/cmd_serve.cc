@@ -69,6 +69,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
   int workers = 1, threads = 1;
   double ready_timeout = 300;
   std::vector<std::string> worker_args;
+  std::string tool_call_parser;
   flags.String("model", &model, "GGUF file or Hugging Face folder (default: the default model)");
   flags.String("host", &host, "address the router and workers listen on");
   flags.Int("port", &port, "router gRPC port");
@@ -81,6 +82,9 @@ int RunServeCommand(const std::vector<std::string>& args) {
   flags.String("policy", &policy, "routing policy");
   flags.Double("ready-timeout", &ready_timeout, "seconds to wait for readiness");
   flags.StringList("worker-arg", &worker_args, "extra flag for every worker (repeatable)");
+  flags.String("tool-call-parser", &tool_call_parser,
+               "the router's HTTP API: hermes parses tool_choice \"auto\" outputs' <tool_call> "
+               "blocks into tool calls (off: \"auto\" is refused)");
   if (auto s = flags.Parse(args); !s.ok()) return FailWith(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -104,10 +108,22 @@ int RunServeCommand(const std::vector<std::string>& args) {
     children.push_back(Spawn(a));
     worker_list += absl::StrCat(worker_list.empty() ? "" : ",", host, ":", worker_port + i);
   }
-  children.push_back(
-      Spawn({"router", "--host", host, "--port", std::to_string(port), "--metrics-port",
-             std::to_string(metrics_port), "--http-port", std::to_string(http_port), "--workers",
-             worker_list, "--policy", policy}));
+  std::vector<std::string> router = {"router",
+                                     "--host",
+                                     host,
+                                     "--port",
+                                     std::to_string(port),
+                                     "--metrics-port",
+                                     std::to_string(metrics_port),
+                                     "--http-port",
+                                     std::to_string(http_port),
+                                     "--workers",
+                                     worker_list,
+                                     "--policy",
+                                     policy};
+  if (!tool_call_parser.empty())
+    router.insert(router.end(), {"--tool-call-parser", tool_call_parser});
+  children.push_back(Spawn(router));
 
   auto stop_all = [&](int sig) {
     for (pid_t pid : children) {

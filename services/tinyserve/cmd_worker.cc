@@ -223,6 +223,9 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   flags.Int("metrics-port", &o.metrics_port, "HTTP port of /metrics (0: off)");
   flags.Int("http-port", &o.http_port, "OpenAI-compatible HTTP API port (0: off)");
   flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
+  flags.String("tool-call-parser", &o.tool_call_parser,
+               "hermes: tool_choice \"auto\" parses <tool_call> blocks of the output into tool "
+               "calls (off: \"auto\" is refused)");
   RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port, &o.http_tls);
   RegisterTracingFlags(&flags, &o.tracing);
   flags.Int("max-queue", &ef.options.max_queue, "waiting requests before RESOURCE_EXHAUSTED");

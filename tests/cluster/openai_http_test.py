@@ -19,6 +19,12 @@ Cases (one CTest entry each, -k test_NAME):
                           "required" (two tools), unstreamed and streamed, give tool calls whose
                           arguments parse and match the function's schema; the conversation
                           goes on with the call and its result; "auto" is a 400 naming the field
+                          (without --tool-call-parser)
+  tool_choice_auto        SmolLM2-135M-Instruct behind a router with --tool-call-parser hermes:
+                          tools without tool_choice ("auto"); an output holding a <tool_call>
+                          block (held to one by a guided regex, the model writes the city)
+                          becomes a tool call with the text before it as content, unstreamed
+                          and streamed through the openai client; a plain answer stays text
   json_mode               SmolLM2-135M-Instruct (the default model) with response_format
                           json_object and json_schema: greedy and sampled outputs parse as JSON
                           (and match the schema); an unsupported schema is a 400
@@ -421,6 +427,66 @@ class OpenAiHttpTest(cl.ClusterCase):
         with self.assertRaises(openai.BadRequestError) as ctx:
             api.chat.completions.create(model="m", messages=ask, tools=tools, max_tokens=8)
         self.assertEqual(ctx.exception.body.get("param"), "tool_choice")
+
+    def test_tool_choice_auto(self):
+        import re
+        w = self.cluster.worker("--model", cl.smollm2_model(self))
+        r = self.cluster.router([w], "--tool-call-parser", "hermes")
+        api = client(r.http_port)
+        tools = [{"type": "function", "function": {
+            "name": "get_weather", "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                           "required": ["city"]}}}]
+        ask = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+        call_text = (r'Let me check\. <tool_call>\n\{"name": "get_weather", "arguments": '
+                     r'\{"city": "[A-Z][a-z]{2,12}"\}\}\n</tool_call>')
+        out = api.chat.completions.create(
+            model="m", messages=ask, tools=tools, max_tokens=96, temperature=0,
+            extra_body={"structured_outputs": {"regex": call_text}})
+        choice = out.choices[0]
+        self.assertEqual(choice.finish_reason, "tool_calls", choice)
+        self.assertEqual(choice.message.content, "Let me check. ")
+        self.assertEqual(len(choice.message.tool_calls), 1)
+        call = choice.message.tool_calls[0]
+        self.assertEqual(call.function.name, "get_weather")
+        city = json.loads(call.function.arguments)["city"]
+        self.assertRegex(city, r"^[A-Z][a-z]{2,12}$")
+        self.assertTrue(call.id.startswith("call_"))
+
+        # Streamed: the content, then the call, then the finish reason.
+        content, calls, finish = "", {}, None
+        for chunk in api.chat.completions.create(
+                model="m", messages=ask, tools=tools, max_tokens=96, temperature=0, stream=True,
+                extra_body={"structured_outputs": {"regex": call_text}}):
+            if not chunk.choices:
+                continue
+            d = chunk.choices[0].delta
+            content += d.content or ""
+            for t in d.tool_calls or []:
+                calls.setdefault(t.index, {"name": "", "arguments": ""})
+                calls[t.index]["name"] += t.function.name or ""
+                calls[t.index]["arguments"] += t.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+        self.assertEqual(content, "Let me check. ")
+        self.assertEqual(finish, "tool_calls")
+        self.assertEqual(calls[0]["name"], "get_weather")
+        self.assertEqual(json.loads(calls[0]["arguments"])["city"], city)  # greedy: the same
+
+        # A plain answer is text.
+        plain = api.chat.completions.create(model="m", messages=ask, tools=tools,
+                                            max_tokens=24, temperature=0)
+        self.assertIsNone(plain.choices[0].message.tool_calls)
+        self.assertIn(plain.choices[0].finish_reason, ("stop", "length"))
+        self.assertTrue(plain.choices[0].message.content)
+        self.assertNotIn("<tool_call>", plain.choices[0].message.content)
+        # "auto" with a function the tools do not have stays text too.
+        other = api.chat.completions.create(
+            model="m", messages=ask, tools=tools, max_tokens=96, temperature=0,
+            extra_body={"structured_outputs": {"regex": re.sub("get_weather", "get_time",
+                                                               call_text)}})
+        self.assertIsNone(other.choices[0].message.tool_calls)
+        self.assertIn("<tool_call>", other.choices[0].message.content)
+        self.assertEqual(other.choices[0].finish_reason, "stop")
 
     def test_json_mode(self):
         w = self.cluster.worker("--model", cl.smollm2_model(self))

@@ -392,6 +392,7 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
   m.name = info.name().empty() ? info.path() : info.name();
   m.max_context = info.max_context();
   for (const v1::LoraAdapterInfo& a : info.lora_adapters()) m.loras.push_back(a.name());
+  m.tool_call_parser = options_.tool_call_parser;
   std::lock_guard<std::mutex> lock(mu_);
   model_ = m;
   model_info_ = info;

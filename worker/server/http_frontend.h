@@ -58,6 +58,10 @@ struct HttpFrontendOptions {
   // every tls_reload_seconds (tls_terminator.h).
   std::string tls_cert, tls_key;
   int tls_reload_seconds = 60;
+  // "hermes": chat requests with tools and tool_choice "auto" (or none given) generate freely and
+  // <tool_call>{"name": ..., "arguments": ...}</tool_call> blocks in the output become
+  // tool_calls (vLLM's --tool-call-parser hermes). Empty: "auto" is refused.
+  std::string tool_call_parser;
 };
 
 class HttpFrontend {

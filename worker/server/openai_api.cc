@@ -248,7 +248,8 @@ bool ValidFunctionName(const std::string& name) {
 
 // tools and tool_choice: the tools go to the chat template, and a forced choice becomes a JSON
 // schema the output is held to (OpenAI's and vLLM's named and "required" tool choice).
-absl::Status ParseTools(Fields& f, v1::GenerateRequest* r, ParsedRequest* out) {
+absl::Status ParseTools(Fields& f, const ServedModel& model, v1::GenerateRequest* r,
+                        ParsedRequest* out) {
   const json* tools = f.Get("tools");
   const json* choice = f.Get("tool_choice");
   if (tools == nullptr || (tools->is_array() && tools->empty())) {
@@ -290,10 +291,17 @@ absl::Status ParseTools(Fields& f, v1::GenerateRequest* r, ParsedRequest* out) {
     functions.emplace_back(name, std::move(parameters));
   }
   if (choice == nullptr || *choice == "auto") {
-    return Bad("tool_choice",
-               "\"auto\" needs a parser of the model's own tool-call format, which TinyServe "
-               "does not have: name a function ({\"type\": \"function\", \"function\": "
-               "{\"name\": ...}}) or use \"required\"");
+    if (model.tool_call_parser.empty()) {
+      return Bad("tool_choice",
+                 "\"auto\" (the default with tools) needs a parser of the model's tool-call "
+                 "format: start the server with --tool-call-parser hermes, or name a function "
+                 "({\"type\": \"function\", \"function\": {\"name\": ...}}) or use "
+                 "\"required\"");
+    }
+    out->tool_choice = ParsedRequest::ToolChoice::kAuto;
+    for (const auto& fn : functions) out->tool_names.push_back(fn.first);
+    r->mutable_chat()->set_tools_json(list.dump());
+    return absl::OkStatus();
   }
   if (*choice == "none") return absl::OkStatus();  // tools left out of the prompt, as vLLM does
   std::vector<std::pair<std::string, json>> candidates;
@@ -680,7 +688,7 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
   } else {
     v1::GenerateRequest r = base;
     TS_RETURN_IF_ERROR(ParseMessages(f, r.mutable_chat()));
-    TS_RETURN_IF_ERROR(ParseTools(f, &r, &out));
+    TS_RETURN_IF_ERROR(ParseTools(f, model, &r, &out));
     // vLLM's: continue the final (assistant) message instead of starting a new turn.
     const bool continue_final = f.Bool("continue_final_message").value_or(false);
     const std::optional<bool> generation_prompt = f.Bool("add_generation_prompt");
@@ -895,6 +903,28 @@ size_t SkipSpace(const std::string& t, size_t i) {
 
 }  // namespace
 
+namespace {
+
+// An OpenAI tool call object with a fresh id.
+json CallObject(const std::string& name, const std::string& arguments) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kAlnum[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::string id = "call_";
+  for (int k = 0; k < 24; ++k) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
+  return {
+      {"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+}
+
+// The length of the longest end of `text` that starts `marker` (text held back while streaming,
+// since the next chunk may complete the marker).
+size_t PartialMarkerAtEnd(const std::string& text, std::string_view marker) {
+  for (size_t k = std::min(marker.size() - 1, text.size()); k > 0; --k)
+    if (text.compare(text.size() - k, k, marker.substr(0, k)) == 0) return k;
+  return 0;
+}
+
+}  // namespace
+
 json ResponseBuilder::ToolCall(const std::string& text) const {
   // Only a whole value is a call (max_tokens may cut it); the check is the constraint's own
   // recognizer, so whatever decoding allowed (1e400, a lone escaped surrogate) passes.
@@ -933,22 +963,60 @@ json ResponseBuilder::ToolCall(const std::string& text) const {
   size_t e = arguments.size();
   while (e > b && SkipSpace(arguments, e - 1) != e - 1) --e;  // trailing whitespace
   arguments = arguments.substr(b, e - b);
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kAlnum[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-  std::string id = "call_";
-  for (int k = 0; k < 24; ++k) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
-  return {
-      {"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+  return CallObject(name, arguments);
+}
+
+json ResponseBuilder::AutoToolCalls(const std::string& text, std::string* content) const {
+  constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
+  size_t at = text.find(kOpen);
+  if (at == std::string::npos) return nullptr;
+  *content = text.substr(0, at);
+  json calls = json::array();
+  while (at != std::string::npos) {
+    const size_t body = at + kOpen.size();
+    const size_t end = std::min(text.find(kClose, body), text.size());
+    const json call = json::parse(text.substr(body, end - body), nullptr,
+                                  /*allow_exceptions=*/false);
+    if (!call.is_object() || !call.contains("name") || !call["name"].is_string()) return nullptr;
+    const std::string name = call["name"].get<std::string>();
+    if (std::find(request_.tool_names.begin(), request_.tool_names.end(), name) ==
+        request_.tool_names.end())
+      return nullptr;
+    const json args = call.contains("arguments") ? call["arguments"] : json::object();
+    calls.push_back(CallObject(
+        name, args.is_string() ? args.get<std::string>()
+                               : args.dump(-1, ' ', false, json::error_handler_t::replace)));
+    at = end == text.size() ? std::string::npos : text.find(kOpen, end + kClose.size());
+  }
+  return calls;
 }
 
 std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& response) {
   Choice& c = choices_[index];
-  const bool tools = request_.tool_choice != ParsedRequest::ToolChoice::kOff;
+  const bool auto_tools = request_.tool_choice == ParsedRequest::ToolChoice::kAuto;
+  const bool tools = request_.tool_choice != ParsedRequest::ToolChoice::kOff && !auto_tools;
   if (response.has_chunk()) {
     const v1::Chunk& chunk = response.chunk();
     AddPromptLogprobs(c, chunk);
     json lp = nullptr;
     if (request_.logprobs) AddLogprobs(c, chunk, &lp);
+    if (auto_tools && request_.stream) {
+      // Content streams until a <tool_call> begins (a partial marker at the end waits for the
+      // next chunk); the calls go out whole at the end.
+      c.text += chunk.text();
+      const size_t marker = c.text.find("<tool_call>");
+      const size_t limit = marker != std::string::npos
+                               ? marker
+                               : c.text.size() - PartialMarkerAtEnd(c.text, "<tool_call>");
+      const std::string text = limit > c.sent ? c.text.substr(c.sent, limit - c.sent) : "";
+      c.sent = std::max(c.sent, limit);
+      if (text.empty() && lp.is_null() && c.started) return "";
+      const bool first = !c.started;
+      c.started = true;
+      json choice = ChoiceDelta(index, text, lp, "", first);
+      if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
+      return Event(ChunkObject(json::array({std::move(choice)})));
+    }
     if (tools && request_.stream) {  // the call is sent whole, once it is complete
       c.text += chunk.text();
       if (!lp.is_null()) {
@@ -981,16 +1049,49 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
     c.complete = response.complete();
     c.finish_reason = FinishReasonName(response.complete().finish_reason());
     if (tools) {
-      c.tool_call = ToolCall(c.text);
+      json call = ToolCall(c.text);
+      if (!call.is_null()) c.tool_calls = json::array({std::move(call)});
       // OpenAI: a named function's call ends with "stop", a "required" one with "tool_calls".
-      if (!c.tool_call.is_null() && c.finish_reason == "stop") {
+      if (!c.tool_calls.is_null() && c.finish_reason == "stop") {
         if (request_.tool_choice == ParsedRequest::ToolChoice::kRequired)
           c.finish_reason = "tool_calls";
       }
     }
+    std::string content;  // auto: the text before the calls
+    if (auto_tools) {
+      c.tool_calls = AutoToolCalls(c.text, &content);
+      if (!c.tool_calls.is_null()) {
+        c.content = content.empty() ? json(nullptr) : json(content);
+        if (c.finish_reason == "stop") c.finish_reason = "tool_calls";
+      }
+    }
     if (!request_.stream) return "";
-    if (!c.tool_call.is_null()) {
-      json call = c.tool_call;
+    if (auto_tools) {
+      // What is left of the content (all of it when there are no calls), then the calls.
+      const size_t end = c.tool_calls.is_null() ? c.text.size() : content.size();
+      const std::string rest = end > c.sent ? c.text.substr(c.sent, end - c.sent) : "";
+      c.sent = std::max(c.sent, end);
+      const bool first = !c.started;
+      c.started = true;
+      std::string out;
+      if (!rest.empty() || first) {
+        json choice = ChoiceDelta(index, rest, nullptr, "", first);
+        if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
+        out += Event(ChunkObject(json::array({std::move(choice)})));
+      }
+      if (!c.tool_calls.is_null()) {
+        json calls = c.tool_calls;
+        for (size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
+        out += Event(ChunkObject(json::array({json{{"index", index},
+                                                   {"delta", {{"tool_calls", std::move(calls)}}},
+                                                   {"logprobs", nullptr},
+                                                   {"finish_reason", nullptr}}})));
+      }
+      return out + Event(ChunkObject(
+                       json::array({ChoiceDelta(index, "", nullptr, c.finish_reason, false)})));
+    }
+    if (!c.tool_calls.is_null()) {
+      json call = c.tool_calls[0];
       call["index"] = 0;
       json delta = {{"role", "assistant"},
                     {"content", nullptr},
@@ -1052,9 +1153,9 @@ std::string ResponseBuilder::Body() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     json choice = {{"index", i}};
-    if (request_.endpoint == Endpoint::kChat && !c.tool_call.is_null()) {
+    if (request_.endpoint == Endpoint::kChat && !c.tool_calls.is_null()) {
       choice["message"] = {
-          {"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({c.tool_call})}};
+          {"role", "assistant"}, {"content", c.content}, {"tool_calls", c.tool_calls}};
     } else if (request_.endpoint == Endpoint::kChat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {

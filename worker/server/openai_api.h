@@ -10,8 +10,9 @@
 //   chat:        messages (role system/developer/user/assistant/tool; content a string or a
 //                list of {"type": "text"} parts; an assistant turn's tool_calls, a tool turn's
 //                tool_call_id), max_completion_tokens, logprobs + top_logprobs, tools with
-//                tool_choice "none", "required" or {"type": "function", "function": {"name"}}
-//                ("auto" is refused: it needs a parser of the model's own tool-call format);
+//                tool_choice "none", "required" or {"type": "function", "function": {"name"}},
+//                and "auto" (also when tool_choice is absent) when the frontend has a tool-call
+//                parser (ServedModel::tool_call_parser; refused otherwise);
 //   both:        model (echoed back; any name serves the one loaded model), max_tokens
 //                (completions default 16; chat default: the rest of the context), temperature
 //                (default 1), top_p, n (1..64), stop (a string or a list), seed, stream,
@@ -61,6 +62,9 @@ struct ServedModel {
   // a "model" that is neither the base model's name nor an adapter's is a 404 (vLLM's
   // "model does not exist"); with none, any "model" is served by the base model.
   std::vector<std::string> loras;
+  // "hermes" (HttpFrontendOptions::tool_call_parser): tool_choice "auto" is served, and
+  // <tool_call>{...}</tool_call> blocks of the output become tool calls. Empty: refused.
+  std::string tool_call_parser;
 };
 
 // One OpenAI request: Generate calls[i] produces choice i (prompt p, sample j: i = p * n + j).
@@ -77,8 +81,10 @@ struct ParsedRequest {
   std::string model;      // the name responses carry
   // Chat with tools and tool_choice naming a function (kNamed) or "required": each choice's
   // output is a tool call, held to the function's parameter schema by constrained decoding.
-  enum class ToolChoice { kOff, kNamed, kRequired };
+  // kAuto: the output is free; <tool_call> blocks in it naming one of tool_names become calls.
+  enum class ToolChoice { kOff, kNamed, kRequired, kAuto };
   ToolChoice tool_choice = ToolChoice::kOff;
+  std::vector<std::string> tool_names;  // kAuto: the functions a call may name
   // The function called when there is one candidate (the output is its arguments); empty with
   // several (the output is {"name": ..., "arguments": {...}}, a tagged union of the tools).
   std::string tool_name;
@@ -127,11 +133,17 @@ class ResponseBuilder {
     std::string finish_reason;
     bool started = false;  // streamed: the first event was sent
     tinyserve::v1::Complete complete;
-    Json tool_call;  // the call the output makes (tool_choice forced), else null
+    Json tool_calls;       // the calls the output makes (an array), else null
+    Json content;          // with tool_calls: the message content (null or the text before them)
+    size_t sent = 0;       // tool_choice "auto", streamed: bytes of text sent as content so far
     Json prompt_logprobs;  // vLLM's form: [null, {"id": {logprob, rank, decoded_token}}, ...]
   };
   // The tool call an output makes, or null when it is not one (cut short by max_tokens).
   Json ToolCall(const std::string& text) const;
+  // tool_choice "auto": the calls of the output's <tool_call> blocks (Hermes' format, as
+  // vLLM's hermes parser reads it), null when it has none or one does not parse as a call
+  // of a known function; *content is the text before the first block.
+  Json AutoToolCalls(const std::string& text, std::string* content) const;
   Json ChunkObject(Json choices) const;
   Json ChoiceDelta(int index, const std::string& text, const Json& logprobs,
                    const std::string& finish_reason, bool first) const;

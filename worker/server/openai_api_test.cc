@@ -13,7 +13,7 @@ namespace {
 using json = nlohmann::ordered_json;
 namespace v1 = tinyserve::v1;
 
-const ServedModel kModel{"SmolLM2-135M-Instruct", 8192, {}};
+const ServedModel kModel{"SmolLM2-135M-Instruct", 8192, {}, ""};
 
 ParsedRequest MustParse(Endpoint endpoint, const std::string& body) {
   auto r = ParseRequest(endpoint, body, kModel, "req");
@@ -44,7 +44,7 @@ TEST(OpenAiParse, CompletionsDefaultsFollowOpenAi) {
 }
 
 TEST(OpenAiParse, ModelNamesALoraAdapter) {
-  const ServedModel with_loras{"base", 8192, {"sql", "chat"}};
+  const ServedModel with_loras{"base", 8192, {"sql", "chat"}, ""};
   auto parse = [&](const std::string& body) {
     return ParseRequest(Endpoint::kChat, body, with_loras, "req");
   };
@@ -630,6 +630,92 @@ TEST(OpenAiResponse, ForcedToolCallsBecomeToolCallsStreamedOrNot) {
   std::vector<std::string> lev = Events(lb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 1)));
   ASSERT_EQ(lev.size(), 2u);
   EXPECT_EQ(json::parse(lev[0])["choices"][0]["logprobs"]["content"][0]["logprob"], -0.25f);
+}
+
+// tool_choice "auto" with the hermes parser: free output; <tool_call> blocks naming a tool
+// become calls, the text before them the content; anything else stays text.
+TEST(OpenAiResponse, AutoToolChoiceParsesHermesToolCalls) {
+  const ServedModel hermes{"m", 8192, {}, "hermes"};
+  const std::string body = R"({"messages": [{"role": "user", "content": "Paris?"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather"}},
+                {"type": "function", "function": {"name": "add"}}])";
+  // Refused without a parser; with one, absent and "auto" are the same.
+  EXPECT_EQ(ParamOf(Endpoint::kChat, body + "}"), "tool_choice");
+  for (const std::string& choice : {std::string(""), std::string(R"(, "tool_choice": "auto")")}) {
+    auto r = ParseRequest(Endpoint::kChat, body + choice + "}", hermes, "req");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tool_choice, ParsedRequest::ToolChoice::kAuto);
+    EXPECT_EQ(r->calls[0].sampling().response_format(), "");  // no constraint
+    EXPECT_NE(r->calls[0].chat().tools_json().find("get_weather"), std::string::npos);
+  }
+  auto parsed = ParseRequest(Endpoint::kChat, body + "}", hermes, "req");
+  ASSERT_TRUE(parsed.ok());
+  const ParsedRequest& r = *parsed;
+  auto run = [&](const std::vector<std::string>& chunks, v1::FinishReason reason) {
+    ResponseBuilder b(r, "chatcmpl-a", 5);
+    for (const std::string& c : chunks) b.OnResponse(0, Chunk(c, 3, -0.1f));
+    b.OnResponse(0, Complete(reason, 7, 2));
+    return json::parse(b.Body())["choices"][0];
+  };
+  json c = run({"Let me check. <tool_", "call>\n{\"name\": \"get_weather\", \"arguments\": ",
+                "{\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"add\", "
+                "\"arguments\": {\"a\": 1}}</tool_call>"},
+               v1::FINISH_REASON_EOS);
+  EXPECT_EQ(c["message"]["content"], "Let me check. ");
+  ASSERT_EQ(c["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(c["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(c["message"]["tool_calls"][1]["function"]["name"], "add");
+  EXPECT_EQ(c["finish_reason"], "tool_calls");
+  // Only a call: content null. An unknown function, bad JSON or no block: plain text.
+  c = run({"<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>"}, v1::FINISH_REASON_EOS);
+  EXPECT_TRUE(c["message"]["content"].is_null());
+  EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["arguments"], "{}");
+  for (const std::string& text :
+       {std::string("<tool_call>{\"name\": \"nope\"}</tool_call>"),
+        std::string("<tool_call>{\"name\": </tool_call>"), std::string("It is sunny.")}) {
+    c = run({text}, v1::FINISH_REASON_EOS);
+    EXPECT_EQ(c["message"]["content"], text);
+    EXPECT_FALSE(c["message"].contains("tool_calls")) << text;
+    EXPECT_EQ(c["finish_reason"], "stop");
+  }
+
+  // Streamed: content flows until the marker (a partial one waits), then the calls, then the
+  // finish reason.
+  auto s = ParseRequest(Endpoint::kChat, body + R"(, "stream": true})", hermes, "req");
+  ASSERT_TRUE(s.ok());
+  ResponseBuilder sb(*s, "chatcmpl-s", 5);
+  std::string content;
+  json calls = json::array();
+  std::string finish;
+  auto feed = [&](const std::string& events) {
+    for (const std::string& e : Events(events)) {
+      const json choice = json::parse(e)["choices"][0];
+      if (choice["delta"].contains("content") && choice["delta"]["content"].is_string())
+        content += choice["delta"]["content"].get<std::string>();
+      if (choice["delta"].contains("tool_calls"))
+        for (const json& t : choice["delta"]["tool_calls"]) calls.push_back(t);
+      if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+    }
+  };
+  feed(sb.OnResponse(0, Chunk("Checking <tool", 3, -0.1f)));
+  EXPECT_EQ(content, "Checking ");  // "<tool" may begin the marker: held back
+  feed(sb.OnResponse(0, Chunk("_call>{\"name\": \"add\", \"arguments\": {\"a\": 2}}", 4, -0.1f)));
+  EXPECT_TRUE(calls.empty());
+  feed(sb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 2)));
+  EXPECT_EQ(content, "Checking ");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[0]["function"]["name"], "add");
+  EXPECT_EQ(finish, "tool_calls");
+  // A held-back "<" that turns out to be text is sent at the end.
+  ResponseBuilder tb(*s, "chatcmpl-t", 5);
+  content.clear();
+  feed(tb.OnResponse(0, Chunk("a <", 3, -0.1f)));
+  EXPECT_EQ(content, "a ");
+  feed(tb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 1)));
+  EXPECT_EQ(content, "a <");
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ struct WorkerServerOptions {
   std::string api_key;                    // non-empty: gRPC and HTTP calls need this bearer token
   ServerTls tls;                          // gRPC over TLS (mutual with tls.client_ca_file)
   ServerTls http_tls;  // HTTPS for the HTTP API (cert_file, key_file; reload as tls)
+  std::string tool_call_parser;           // the HTTP API's (http_frontend.h)
   int health_port = 0;                    // plaintext grpc.health.v1 only (probes); 0 = off
   TracerOptions tracing;                  // OpenTelemetry spans; endpoint empty = off
   bool probe_at_start = true;             // run Engine::HealthProbe before turning ready
