@@ -26,6 +26,13 @@ namespace v1 = tinyserve::v1;
 constexpr int kMaxChoices = 64;
 constexpr int kCompletionsDefaultMaxTokens = 16;  // OpenAI's default for /v1/completions
 
+// o[key] when it is a string, else "" (json::value would throw on another type).
+std::string StringField(const json& o, const char* key) {
+  if (!o.is_object()) return "";
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 absl::Status Bad(absl::string_view field, absl::string_view message) {
   absl::Status s = absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
   s.SetPayload(kParamPayload, absl::Cord(field));
@@ -202,7 +209,7 @@ absl::Status ParseMessages(Fields& f, v1::ChatMessages* out) {
       for (size_t k = 0; k < c->size(); ++k) {
         const json& part = (*c)[k];
         const std::string pat = absl::StrCat(at, ".content[", k, "]");
-        if (!part.is_object() || part.value("type", "") != "text") {
+        if (!part.is_object() || StringField(part, "type") != "text") {
           return Bad(pat, "only {\"type\": \"text\"} parts are supported");
         }
         auto text = part.find("text");
@@ -265,7 +272,7 @@ absl::Status ParseTools(Fields& f, const ServedModel& model, v1::GenerateRequest
   for (size_t i = 0; i < tools->size(); ++i) {
     const json& tool = (*tools)[i];
     const std::string at = absl::StrCat("tools[", i, "]");
-    if (!tool.is_object() || tool.value("type", "") != "function") {
+    if (!tool.is_object() || StringField(tool, "type") != "function") {
       return Bad(at + ".type", "must be \"function\"");
     }
     const json* fn = tool.contains("function") ? &tool["function"] : nullptr;
@@ -311,7 +318,7 @@ absl::Status ParseTools(Fields& f, const ServedModel& model, v1::GenerateRequest
     }
     out->tool_choice = ParsedRequest::ToolChoice::kRequired;
     candidates = functions;
-  } else if (choice->is_object() && choice->value("type", "") == "function" &&
+  } else if (choice->is_object() && StringField(*choice, "type") == "function" &&
              choice->contains("function") && (*choice)["function"].is_object() &&
              (*choice)["function"].contains("name") && (*choice)["function"]["name"].is_string()) {
     const std::string name = (*choice)["function"]["name"].get<std::string>();
@@ -544,7 +551,7 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
     base->set_priority(static_cast<int32_t>(*v));
   }
   if (const json* format = f.Get("response_format")) {
-    const std::string type = format->is_object() ? format->value("type", "") : "";
+    const std::string type = format->is_object() ? StringField(*format, "type") : "";
     if (type == "json_object") {
       s->set_response_format(type);
     } else if (type == "json_schema") {

@@ -1,6 +1,7 @@
 // libFuzzer target for the OpenAI-compatible request parser and response builder
 // (openai_api.h): any body must give a request or an INVALID_ARGUMENT, never a crash; a parsed
-// request's responses must build. Built with -DTINYSERVE_FUZZ=ON (clang).
+// request's responses must build (the body is also the output text, so tool_choice "auto"'s
+// <tool_call> parsing sees it). Built with -DTINYSERVE_FUZZ=ON (clang).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -10,21 +11,24 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace oa = tinyserve::openai;
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  const oa::ServedModel model{"m", 2048};
+  const oa::ServedModel model{"m", 2048, {"lora-a"}, "hermes"};
   for (oa::Endpoint e : {oa::Endpoint::kCompletions, oa::Endpoint::kChat}) {
     auto r = oa::ParseRequest(e, body, model, "fuzz");
     if (!r.ok()) {
-      if (r.status().code() != absl::StatusCode::kInvalidArgument) __builtin_trap();
+      // A "model" that is neither "m" nor an adapter is NOT_FOUND (404).
+      if (r.status().code() != absl::StatusCode::kInvalidArgument &&
+          r.status().code() != absl::StatusCode::kNotFound)
+        __builtin_trap();
       oa::ErrorBody(r.status());
       continue;
     }
     oa::ResponseBuilder b(*r, "id", 0);
     tinyserve::v1::GenerateResponse chunk;
     chunk.mutable_chunk()->add_token_ids(1);
-    chunk.mutable_chunk()->set_text(std::string(body.substr(0, 8)));
+    chunk.mutable_chunk()->set_text(std::string(body));
     chunk.mutable_chunk()->add_logprobs()->set_text("\xff");
     tinyserve::v1::GenerateResponse done;
-    done.mutable_complete()->set_finish_reason(tinyserve::v1::FINISH_REASON_LENGTH);
+    done.mutable_complete()->set_finish_reason(tinyserve::v1::FINISH_REASON_EOS);
     for (size_t i = 0; i < r->calls.size(); ++i) {
       b.OnResponse(static_cast<int>(i), chunk);
       b.OnResponse(static_cast<int>(i), done);

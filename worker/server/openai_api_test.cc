@@ -632,6 +632,23 @@ TEST(OpenAiResponse, ForcedToolCallsBecomeToolCallsStreamedOrNot) {
   EXPECT_EQ(json::parse(lev[0])["choices"][0]["logprobs"]["content"][0]["logprob"], -0.25f);
 }
 
+// A "type" that is not a string is a 400 naming the field, not a crash (json::value would throw;
+// found by openai_api_fuzz).
+TEST(OpenAiParse, NonStringTypesAreRefusedNotThrown) {
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  const Endpoint kChat = Endpoint::kChat;
+  EXPECT_EQ(ParamOf(kChat, "{" + user + R"(, "tools": [{"type": {"name": "f"}}]})"),
+            "tools[0].type");
+  EXPECT_EQ(ParamOf(kChat, R"({"messages": [{"role": "user", "content": [{"type": 1}]}]})"),
+            "messages[0].content[0]");
+  EXPECT_EQ(ParamOf(kChat, "{" + user + R"(, "response_format": {"type": ["json_object"]}})"),
+            "response_format");
+  EXPECT_EQ(ParamOf(kChat, "{" + user +
+                               R"(, "tools": [{"type": "function", "function": {"name": "f"}}],
+                                  "tool_choice": {"type": {}}})"),
+            "tool_choice");
+}
+
 // tool_choice "auto" with the hermes parser: free output; <tool_call> blocks naming a tool
 // become calls, the text before them the content; anything else stays text.
 TEST(OpenAiResponse, AutoToolChoiceParsesHermesToolCalls) {
