@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/timer.h"
 #include "prometheus/text_serializer.h"
 #include "worker/server/rpc_security.h"
 #include "worker/server/tracing.h"
@@ -378,13 +379,15 @@ int HttpFrontend::Route(mg_connection* conn) {
 absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (model_.has_value()) return *model_;
+    if (model_.has_value() && NowSeconds() - model_fetched_ < kModelInfoTtlSeconds) return *model_;
   }
   grpc::ClientContext ctx;
   PrepareUnary(&ctx, options_.api_key);
   v1::ModelInfo info;
   const grpc::Status s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
   if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (model_.has_value()) return *model_;  // keep serving with what was known
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                         absl::StrCat("model info: ", s.error_message()));
   }
@@ -396,6 +399,7 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
   std::lock_guard<std::mutex> lock(mu_);
   model_ = m;
   model_info_ = info;
+  model_fetched_ = NowSeconds();
   return m;
 }
 

@@ -114,8 +114,12 @@ class HttpFrontend {
   std::string id_prefix_;
 
   std::mutex mu_;
+  // The served model (GetModelInfo), fetched again when older than kModelInfoTtlSeconds so that
+  // workers restarted with other LoRA adapters are seen; a failed refresh keeps the old copy.
+  static constexpr double kModelInfoTtlSeconds = 30;
   std::optional<openai::ServedModel> model_;  // GUARDED_BY(mu_)
   tinyserve::v1::ModelInfo model_info_;       // GUARDED_BY(mu_)
+  double model_fetched_ = 0;                  // GUARDED_BY(mu_): NowSeconds() of model_
 };
 
 }  // namespace tinyserve
