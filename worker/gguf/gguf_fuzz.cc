@@ -12,6 +12,27 @@
 #include <cstdint>
 
 #include "worker/gguf/gguf_file.h"
+#include "worker/model/lora_adapter.h"
+
+namespace {
+
+// Base models a LoRA adapter is checked against: stories260K's shapes (llama, GQA) and a GPT-2.
+tinyserve::ModelConfig Base(tinyserve::Arch arch) {
+  tinyserve::ModelConfig c;
+  c.arch = arch;
+  c.n_layers = 5;
+  c.dim = 64;
+  c.n_heads = 8;
+  c.n_kv_heads = arch == tinyserve::Arch::kGpt2 ? 8 : 4;
+  c.head_dim = 8;
+  c.ffn_dim = 172;
+  c.vocab_size = 512;
+  c.rope_style = arch == tinyserve::Arch::kGpt2 ? tinyserve::RopeStyle::kNone
+                                                : tinyserve::RopeStyle::kAdjacent;
+  return c;
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto file = tinyserve::GgufFile::Parse(data, size);
@@ -28,6 +49,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& t : f.tensors()) {
       (void)t.NumElements();
       if (t.nbytes > 0) sink = sink ^ t.data[0] ^ t.data[t.nbytes - 1];
+    }
+    // As a LoRA adapter: refused with a status or accepted with pairs that fit the model.
+    std::shared_ptr<const tinyserve::GgufFile> shared(std::move(*file));
+    for (tinyserve::Arch arch : {tinyserve::Arch::kLlama, tinyserve::Arch::kGpt2}) {
+      const tinyserve::ModelConfig base = Base(arch);
+      auto lora = tinyserve::LoraAdapter::FromGguf("fuzz", "fuzz.gguf", shared, base);
+      if (lora.ok() && ((*lora)->num_pairs() == 0 || (*lora)->max_rank() < 1)) __builtin_trap();
     }
   }
   return 0;

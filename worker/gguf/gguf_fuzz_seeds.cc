@@ -25,6 +25,18 @@ int main(int argc, char** argv) {
   ::mkdir(dir.c_str(), 0755);
   bool ok = tg::WriteFile(dir + "/tiny_llama.gguf", tg::TinyLlama().Build());
 
+  // A LoRA adapter for gguf_fuzz's stories260K-shaped base (dim 64, 4 KV heads of 8).
+  tg::GgufBuilder lora;
+  lora.AddString("general.architecture", "llama");
+  lora.AddString("general.type", "adapter");
+  lora.AddString("adapter.type", "lora");
+  lora.AddF32("adapter.lora.alpha", 8);
+  lora.AddTensor("blk.0.attn_k.weight.lora_a", GgmlType::kF32, {64, 2},
+                 std::vector<uint8_t>(64 * 2 * 4, 0));
+  lora.AddTensor("blk.0.attn_k.weight.lora_b", GgmlType::kF16, {2, 32},
+                 std::vector<uint8_t>(2 * 32 * 2, 0));
+  ok = ok && tg::WriteFile(dir + "/lora.gguf", lora.Build());
+
   tg::GgufBuilder values;
   values.AddU8("u8", 1);
   values.AddI16("i16", -2);

@@ -118,7 +118,13 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Open(const std::string
   }
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
   if (!file.ok()) return fail(std::string(file.status().message()));
-  std::shared_ptr<const GgufFile> owned(std::move(*file));
+  return FromGguf(name, path, std::move(*file), base);
+}
+
+absl::StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::FromGguf(
+    const std::string& name, const std::string& path, std::shared_ptr<const GgufFile> owned,
+    const ModelConfig& base) {
+  auto fail = [&](const std::string& what) { return LoraError(name, path, what); };
   const GgufFile& f = *owned;
   auto string_kv = [&](std::string_view key) -> absl::StatusOr<std::string> {
     absl::StatusOr<std::string> v = f.GetString(key);

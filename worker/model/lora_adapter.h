@@ -34,6 +34,8 @@
 
 namespace tinyserve {
 
+class GgufFile;
+
 struct LoraPair {
   TensorRef a;      // ne = [in, r]: r rows of `in`
   TensorRef b;      // ne = [r, out]: `out` rows of r
@@ -48,6 +50,12 @@ class LoraAdapter {
   static absl::StatusOr<std::unique_ptr<LoraAdapter>> Open(const std::string& name,
                                                            const std::string& path,
                                                            const ModelConfig& base);
+  // The GGUF reader behind Open, for a file already parsed (`path` names it in errors; tests and
+  // the GGUF fuzzer use it on bytes in memory).
+  static absl::StatusOr<std::unique_ptr<LoraAdapter>> FromGguf(const std::string& name,
+                                                               const std::string& path,
+                                                               std::shared_ptr<const GgufFile> file,
+                                                               const ModelConfig& base);
   // Checks pairs read by a format's reader against `base` (names and shapes) and wraps them;
   // `storage` keeps their bytes alive.
   static absl::StatusOr<std::unique_ptr<LoraAdapter>> Make(const std::string& name,
