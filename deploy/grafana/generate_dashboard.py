@@ -166,6 +166,11 @@ def build():
               f"sum(rate(tinyserve_spec_decode_drafts_total{W}{RI}))", "tokens per verify step")],
             desc="Workers run with --spec-tokens N: the share of drafted tokens the model agreed "
                  "with, and the tokens one verifying step emits on average.")
+    b.panel("LoRA adapters: requests/s",
+            [(f"sum by (adapter) (rate(tinyserve_lora_requests_total{W}{RI}))", "{{adapter}}")],
+            unit="reqps",
+            desc="Requests admitted with each LoRA adapter (workers started with --lora NAME=PATH; "
+                 "empty without adapters).")
 
     b.row("Sparse attention (page selection)")
     b.panel("Page hit rate vs oracle (avg)",

@@ -8,7 +8,8 @@
                    hit-rate histogram reaches Prometheus, and every rule evaluates without error.
 
 Both modes send one generation through the router (quest policy, small budget, oracle sampling on)
-so that labelled series exist. Exit 77 (CTest skip) only when the tinyserve binary is missing.
+so that labelled series exist; the worker loads a LoRA adapter (scripts/make_lora_adapter.py) so
+that its per-adapter series exists too. Exit 77 (CTest skip) only when the tinyserve binary is missing.
 Ports are picked free; every wait is bounded; the processes are ended at exit.
 """
 import argparse
@@ -221,7 +222,13 @@ def main():
     wlog = open(a.work / "worker.log", "w")
     rlog = open(a.work / "router.log", "w")
     try:
-        worker = start([a.binary, "worker", "--model", a.model, "--port", wport, "--metrics-port", wmport], wlog)
+        # With a LoRA adapter (scripts/make_lora_adapter.py) so that its per-adapter series exists.
+        sys.path.insert(0, str(repo / "scripts"))
+        import make_lora_adapter
+        adapter = a.work / "live-lora.gguf"
+        make_lora_adapter.write(str(a.model), str(adapter), "attn-r4")
+        worker = start([a.binary, "worker", "--model", a.model, "--port", wport, "--metrics-port", wmport,
+                        "--lora", f"live={adapter}"], wlog)
         wait_for("worker /metrics", lambda: "tinyserve_" in http_get(f"http://127.0.0.1:{wmport}/metrics"),
                  90, [(worker, "worker")])
         router = start([a.binary, "router", "--port", rport, "--metrics-port", rmport,
