@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/paths.h"
+#include "common/socket_io.h"
 #include "common/timer.h"
 #include "grpcpp/grpcpp.h"
 #include "services/tinyserve/cli_common.h"
@@ -106,7 +107,8 @@ int RunServeCommand(const std::vector<std::string>& args) {
                                   "--threads", std::to_string(threads)};
     a.insert(a.end(), worker_args.begin(), worker_args.end());
     children.push_back(Spawn(a));
-    worker_list += absl::StrCat(worker_list.empty() ? "" : ",", host, ":", worker_port + i);
+    worker_list +=
+        absl::StrCat(worker_list.empty() ? "" : ",", JoinHostPort(host, worker_port + i));
   }
   std::vector<std::string> router = {"router",
                                      "--host",
@@ -144,7 +146,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
     return alive;
   };
 
-  const std::string address = absl::StrCat(host, ":", port);
+  const std::string address = JoinHostPort(host, port);
   const double start = NowSeconds();
   bool ready = false;
   while (!ready && NowSeconds() - start < ready_timeout) {

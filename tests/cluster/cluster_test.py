@@ -382,6 +382,34 @@ class ClusterTest(cl.ClusterCase):
                      "tinyserve_router_workers", "tinyserve_build_info"):
             self.assertIsNotNone(cl.metric(r.metrics(), name), name)
 
+    def test_ipv6_loopback(self):
+        """A worker and a router on ::1 (gRPC takes bracketed IPv6 literals: [::1]:port)."""
+        import socket
+        try:
+            with socket.socket(socket.AF_INET6) as s:
+                s.bind(("::1", 0))
+        except OSError:
+            self.skipTest("no IPv6 loopback")
+
+        def proc(role, port, args):
+            p = cl.Proc(self.cluster.binary, role, ["--host", "::1", "--port", str(port),
+                                                    "--metrics-port", "0"] + args,
+                        port, None, self.cluster.log_dir)
+            p.address = f"[::1]:{port}"
+            self.cluster.procs.append(p)
+            return p
+        wport, rport = cl.free_port(), cl.free_port()
+        w = proc("worker", wport, ["--model", self.cluster.model])
+        w.wait_ready()
+        r = proc("router", rport, ["--http-port", "0", "--workers", f"[::1]:{wport}",
+                                   "--health-interval", "0.2"])
+        r.wait_ready()
+        res = generate(r.address, request("Once upon a time", max_tokens=8))
+        self.assertEqual(res.code, grpc.StatusCode.OK, res.details)
+        self.assertEqual(res.complete.worker, f"[::1]:{wport}")
+        self.assertEqual(res.ids, generate(w.address, request("Once upon a time",
+                                                              max_tokens=8)).ids)
+
     def test_sigterm_drains_and_exits_zero(self):
         w = self.cluster.worker()
         out = {}

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/socket_io.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
@@ -196,7 +197,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartHealthServer(const std::strin
   if (port <= 0) return std::unique_ptr<grpc::Server>();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  const std::string address = absl::StrCat(host, ":", port);
+  const std::string address = JoinHostPort(host, port);
   int bound = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

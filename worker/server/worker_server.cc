@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/socket_io.h"
 #include "common/timer.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "worker/server/signals.h"
@@ -69,7 +70,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  const std::string address = absl::StrCat(options.host, ":", options.port);
+  const std::string address = JoinHostPort(options.host, options.port);
   builder.AddListeningPort(address, *credentials, &w->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(w->api_service_.get());
@@ -91,7 +92,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   SetHealth({w->server_.get(), w->health_server_.get()}, "", false);
 
   if (options.metrics_port > 0) {
-    const std::string metrics_address = absl::StrCat(options.host, ":", options.metrics_port);
+    const std::string metrics_address = JoinHostPort(options.host, options.metrics_port);
     try {
       w->exposer_ = std::make_unique<prometheus::Exposer>(metrics_address);
     } catch (const std::exception& ex) {
