@@ -235,6 +235,10 @@ HttpFrontend::HttpFrontend(const HttpFrontendOptions& options,
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
     const HttpFrontendOptions& options, std::shared_ptr<grpc::Channel> channel,
     prometheus::Registry* registry, std::shared_ptr<prometheus::Collectable> metrics) {
+  if (!options.tool_call_parser.empty() && options.tool_call_parser != "hermes")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tool-call-parser: '", options.tool_call_parser,
+        "' is not a parser TinyServe has (hermes; leave it unset to refuse \"auto\")"));
   std::unique_ptr<HttpFrontend> f(
       new HttpFrontend(options, std::move(channel), registry, std::move(metrics)));
   mg_init_library(0);
@@ -377,17 +381,29 @@ int HttpFrontend::Route(mg_connection* conn) {
 }
 
 absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
+  bool have_copy = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (model_.has_value() && NowSeconds() - model_fetched_ < kModelInfoTtlSeconds) return *model_;
+    have_copy = model_.has_value();
+    // A copy younger than the TTL, or one being refreshed by another request, serves as is:
+    // one request refreshes at a time, the others do not wait for it.
+    if (have_copy && (NowSeconds() - model_fetched_ < kModelInfoTtlSeconds || refreshing_))
+      return *model_;
+    if (have_copy) refreshing_ = true;
   }
   grpc::ClientContext ctx;
   PrepareUnary(&ctx, options_.api_key);
+  // With a copy to fall back on, a refresh waits briefly.
+  if (have_copy) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   v1::ModelInfo info;
   const grpc::Status s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (model_.has_value()) return *model_;  // keep serving with what was known
+    refreshing_ = false;
+    if (model_.has_value()) {  // keep serving with what was known; try again after the TTL
+      model_fetched_ = NowSeconds();
+      return *model_;
+    }
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                         absl::StrCat("model info: ", s.error_message()));
   }
@@ -400,6 +416,7 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
   model_ = m;
   model_info_ = info;
   model_fetched_ = NowSeconds();
+  refreshing_ = false;
   return m;
 }
 

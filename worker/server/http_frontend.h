@@ -120,6 +120,7 @@ class HttpFrontend {
   std::optional<openai::ServedModel> model_;  // GUARDED_BY(mu_)
   tinyserve::v1::ModelInfo model_info_;       // GUARDED_BY(mu_)
   double model_fetched_ = 0;                  // GUARDED_BY(mu_): NowSeconds() of model_
+  bool refreshing_ = false;                   // GUARDED_BY(mu_): a request is refreshing it
 };
 
 }  // namespace tinyserve

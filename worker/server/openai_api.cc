@@ -982,6 +982,10 @@ json ResponseBuilder::AutoToolCalls(const std::string& text, std::string* conten
   while (at != std::string::npos) {
     const size_t body = at + kOpen.size();
     const size_t end = std::min(text.find(kClose, body), text.size());
+    // The output is untrusted too (a guided regex can make it anything): bounded nesting, since
+    // copying and dumping recurse.
+    if (JsonNesting(std::string_view(text).substr(body, end - body)) > kMaxJsonDepth)
+      return nullptr;
     const json call = json::parse(text.substr(body, end - body), nullptr,
                                   /*allow_exceptions=*/false);
     if (!call.is_object() || !call.contains("name") || !call["name"].is_string()) return nullptr;
@@ -989,10 +993,10 @@ json ResponseBuilder::AutoToolCalls(const std::string& text, std::string* conten
     if (std::find(request_.tool_names.begin(), request_.tool_names.end(), name) ==
         request_.tool_names.end())
       return nullptr;
-    const json args = call.contains("arguments") ? call["arguments"] : json::object();
-    calls.push_back(CallObject(
-        name, args.is_string() ? args.get<std::string>()
-                               : args.dump(-1, ' ', false, json::error_handler_t::replace)));
+    if (!call.contains("arguments")) return nullptr;
+    // As vLLM: the arguments as JSON text (json.dumps), whatever their type.
+    calls.push_back(
+        CallObject(name, call["arguments"].dump(-1, ' ', false, json::error_handler_t::replace)));
     at = end == text.size() ? std::string::npos : text.find(kOpen, end + kClose.size());
   }
   return calls;
@@ -1069,7 +1073,7 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
       c.tool_calls = AutoToolCalls(c.text, &content);
       if (!c.tool_calls.is_null()) {
         c.content = content.empty() ? json(nullptr) : json(content);
-        if (c.finish_reason == "stop") c.finish_reason = "tool_calls";
+        c.finish_reason = "tool_calls";  // as vLLM, whenever calls were parsed
       }
     }
     if (!request_.stream) return "";

@@ -689,9 +689,19 @@ TEST(OpenAiResponse, AutoToolChoiceParsesHermesToolCalls) {
   c = run({"<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>"}, v1::FINISH_REASON_EOS);
   EXPECT_TRUE(c["message"]["content"].is_null());
   EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["arguments"], "{}");
-  for (const std::string& text :
-       {std::string("<tool_call>{\"name\": \"nope\"}</tool_call>"),
-        std::string("<tool_call>{\"name\": </tool_call>"), std::string("It is sunny.")}) {
+  // Arguments are JSON text whatever their type; a call without arguments, or nested deeper
+  // than the API allows (the output is untrusted: a guided regex can make it anything), is text.
+  c = run({"<tool_call>{\"name\": \"add\", \"arguments\": \"x\"}</tool_call>"},
+          v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["arguments"], "\"x\"");
+  EXPECT_EQ(c["finish_reason"], "tool_calls");
+  const std::string deep =
+      "<tool_call>{\"name\": \"add\", \"arguments\": " + std::string(100, '[') +
+      std::string(100, ']') + "}</tool_call>";
+  for (const std::string& text : {std::string("<tool_call>{\"name\": \"nope\"}</tool_call>"),
+                                  std::string("<tool_call>{\"name\": </tool_call>"),
+                                  std::string("<tool_call>{\"name\": \"add\"}</tool_call>"), deep,
+                                  std::string("It is sunny.")}) {
     c = run({text}, v1::FINISH_REASON_EOS);
     EXPECT_EQ(c["message"]["content"], text);
     EXPECT_FALSE(c["message"].contains("tool_calls")) << text;

@@ -122,8 +122,11 @@ absl::StatusOr<std::string> Render(const TokenizerData& data,
       for (Json& call : *calls) {
         if (!call.is_object() || !call.contains("function")) continue;
         Json& function = call["function"];
+        // (Strings are not measured by the check above: bound the arguments' own nesting, since
+        // templates dump them recursively; deeper ones stay a string.)
         if (function.is_object() && function.contains("arguments") &&
-            function["arguments"].is_string()) {
+            function["arguments"].is_string() &&
+            JsonNesting(function["arguments"].get<std::string>()) <= 32) {
           Json args = Json::parse(function["arguments"].get<std::string>(), nullptr, false);
           if (!args.is_discarded()) function["arguments"] = std::move(args);
         }
