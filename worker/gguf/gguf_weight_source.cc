@@ -66,10 +66,6 @@ class MetadataReader {
   std::string prefix_;
 };
 
-std::string ShapeString(const std::vector<int64_t>& ne) {
-  return absl::StrCat("[", absl::StrJoin(ne, ", "), "]");
-}
-
 // Drops trailing 1s beyond the first dimension, so [576] and [576, 1] compare equal.
 std::vector<int64_t> Squeeze(std::vector<int64_t> ne) {
   while (ne.size() > 1 && ne.back() == 1) ne.pop_back();

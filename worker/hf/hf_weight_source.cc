@@ -35,10 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ShapeString(const std::vector<int64_t>& ne) {
-  return absl::StrCat("[", absl::StrJoin(ne, ", "), "]");
-}
-
 float LoadElement(const uint8_t* p, SafetensorsDtype d) {
   switch (d) {
     case SafetensorsDtype::kF32: {

@@ -59,10 +59,6 @@ TensorRef Ref(const GgufTensorInfo& t) {
   return r;
 }
 
-std::string ShapeText(const std::vector<int64_t>& ne) {
-  return absl::StrCat("[", absl::StrJoin(ne, ", "), "]");
-}
-
 }  // namespace
 
 absl::Status LoraError(const std::string& name, const std::string& path, const std::string& what) {
@@ -90,8 +86,8 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Make(
     const std::vector<int64_t>& nb = p.b.ne;
     if (na.size() != 2 || nb.size() != 2 || na[0] != shape->in || nb[1] != shape->out ||
         na[1] != nb[0] || na[1] < 1 || na[1] > 4096)
-      return fail(absl::StrCat("tensor '", weight, "': lora_a ", ShapeText(na), " and lora_b ",
-                               ShapeText(nb), " do not fit the base weight (lora_a must be [",
+      return fail(absl::StrCat("tensor '", weight, "': lora_a ", ShapeString(na), " and lora_b ",
+                               ShapeString(nb), " do not fit the base weight (lora_a must be [",
                                shape->in, ", r] and lora_b [r, ", shape->out,
                                "], 1 <= r <= 4096)"));
     if (!std::isfinite(p.scale)) return fail(absl::StrCat("tensor '", weight, "': bad scale"));

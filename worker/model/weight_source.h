@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/cpu/ggml_types.h"
 #include "worker/model/model_config.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -33,6 +35,11 @@ struct TensorRef {
   const uint8_t* data = nullptr;  // valid while the WeightSource lives
   size_t nbytes = 0;
 };
+
+// "[a, b]": a tensor's ne (or shape) in error messages.
+inline std::string ShapeString(const std::vector<int64_t>& ne) {
+  return absl::StrCat("[", absl::StrJoin(ne, ", "), "]");
+}
 
 class WeightSource {
  public:

@@ -111,45 +111,60 @@ std::string WriteAdapter(const std::string& file, const std::vector<Update>& ups
   return path;
 }
 
-// The base model with W + scale·B·A in place of each updated weight (F32), computed directly.
-class MergedSource : public WeightSource {
+// A source with some tensors replaced by F32 values (and, optionally, another config).
+class ReplacedSource : public WeightSource {
  public:
-  MergedSource(const WeightSource& base, const std::vector<Update>& ups, float alpha,
-               bool rslora = false)
-      : base_(base) {
-    for (const Update& up : ups) {
-      TensorRef t = *base.Get(up.weight);
-      std::vector<float>& w = merged_[up.weight];
-      w.resize(static_cast<size_t>(up.in * up.out));
-      EXPECT_TRUE(DequantizeRow(t.type, t.data, w.data(), up.in * up.out).ok());
-      const float scale = alpha == 0 ? 1.0f
-                                     : alpha / (rslora ? std::sqrt(static_cast<float>(up.r))
-                                                       : static_cast<float>(up.r));
-      for (int64_t o = 0; o < up.out; ++o)
-        for (int64_t i = 0; i < up.in; ++i) {
-          double s = 0;
-          for (int64_t j = 0; j < up.r; ++j) s += double{up.b[o * up.r + j]} * up.a[j * up.in + i];
-          w[o * up.in + i] += scale * static_cast<float>(s);
-        }
-    }
-  }
-  const ModelConfig& config() const override { return base_.config(); }
+  explicit ReplacedSource(const WeightSource& base) : base_(base), config_(base.config()) {}
+  const ModelConfig& config() const override { return config_; }
   const TokenizerData& tokenizer_data() const override { return base_.tokenizer_data(); }
   bool Has(const std::string& name) const override { return base_.Has(name); }
-  std::string Describe() const override { return "merged " + base_.Describe(); }
+  std::string Describe() const override { return "replaced " + base_.Describe(); }
   absl::StatusOr<TensorRef> Get(const std::string& name) const override {
-    auto it = merged_.find(name);
-    if (it == merged_.end()) return base_.Get(name);
     TS_ASSIGN_OR_RETURN(TensorRef t, base_.Get(name));
+    auto it = replaced_.find(name);
+    if (it == replaced_.end()) return t;
     t.type = GgmlType::kF32;
     t.data = reinterpret_cast<const uint8_t*>(it->second.data());
     t.nbytes = it->second.size() * sizeof(float);
     return t;
   }
 
- private:
+ protected:
+  // The base's values of tensor `name` ([rows][cols] in ggml orientation) as floats.
+  std::vector<float> Floats(const std::string& name) const {
+    TensorRef t = *base_.Get(name);
+    int64_t n = 1;
+    for (int64_t e : t.ne) n *= e;
+    std::vector<float> w(static_cast<size_t>(n));
+    EXPECT_TRUE(DequantizeRow(t.type, t.data, w.data(), n).ok());
+    return w;
+  }
+
   const WeightSource& base_;
-  std::map<std::string, std::vector<float>> merged_;
+  ModelConfig config_;
+  std::map<std::string, std::vector<float>> replaced_;
+};
+
+// The base model with W + scale·B·A in place of each updated weight (F32), computed directly.
+class MergedSource : public ReplacedSource {
+ public:
+  MergedSource(const WeightSource& base, const std::vector<Update>& ups, float alpha,
+               bool rslora = false)
+      : ReplacedSource(base) {
+    for (const Update& up : ups) {
+      std::vector<float> w = Floats(up.weight);
+      const float scale =
+          alpha == 0 ? 1.0f
+                     : alpha / (rslora ? std::sqrt(static_cast<float>(up.r)) : static_cast<float>(up.r));
+      for (int64_t o = 0; o < up.out; ++o)
+        for (int64_t i = 0; i < up.in; ++i) {
+          double s = 0;
+          for (int64_t j = 0; j < up.r; ++j) s += double{up.b[o * up.r + j]} * up.a[j * up.in + i];
+          w[o * up.in + i] += scale * static_cast<float>(s);
+        }
+      replaced_[up.weight] = std::move(w);
+    }
+  }
 };
 
 struct Seq {
@@ -389,46 +404,26 @@ std::string WritePeft(const std::string& dir_name, const std::vector<Update>& up
 
 // A Hugging Face llama presented as a GGUF file presents it: Q and K rows permuted as
 // convert_hf_to_gguf.py permutes them (per head [2, hd/2] -> [hd/2, 2]) and adjacent-pair RoPE.
-class GgufOrientedSource : public WeightSource {
+class GgufOrientedSource : public ReplacedSource {
  public:
-  explicit GgufOrientedSource(const WeightSource& hf) : hf_(hf), config_(hf.config()) {
+  explicit GgufOrientedSource(const WeightSource& hf) : ReplacedSource(hf) {
     config_.rope_style = RopeStyle::kAdjacent;
     const int hd = config_.head_dim;
     for (int l = 0; l < config_.n_layers; ++l)
       for (const auto& [what, heads] : {std::pair<std::string, int>{"attn_q", config_.n_heads},
                                         {"attn_k", config_.n_kv_heads}}) {
         const std::string name = "blk." + std::to_string(l) + "." + what + ".weight";
-        TensorRef t = *hf.Get(name);
-        const int64_t cols = t.ne[0];
-        std::vector<float> w(static_cast<size_t>(cols * heads * hd));
-        EXPECT_TRUE(DequantizeRow(t.type, t.data, w.data(), static_cast<int64_t>(w.size())).ok());
-        std::vector<float>& out = permuted_[name];
+        const std::vector<float> w = Floats(name);
+        const size_t cols = w.size() / static_cast<size_t>(heads * hd);
+        std::vector<float>& out = replaced_[name];
         out.resize(w.size());
         for (int h = 0; h < heads; ++h)
           for (int i = 0; i < hd / 2; ++i)
             for (int c = 0; c < 2; ++c)
-              std::copy_n(&w[static_cast<size_t>((h * hd + c * (hd / 2) + i) * cols)], cols,
-                          &out[static_cast<size_t>((h * hd + 2 * i + c) * cols)]);
+              std::copy_n(&w[(h * hd + c * (hd / 2) + i) * cols], cols,
+                          &out[(h * hd + 2 * i + c) * cols]);
       }
   }
-  const ModelConfig& config() const override { return config_; }
-  const TokenizerData& tokenizer_data() const override { return hf_.tokenizer_data(); }
-  bool Has(const std::string& name) const override { return hf_.Has(name); }
-  std::string Describe() const override { return "gguf-oriented " + hf_.Describe(); }
-  absl::StatusOr<TensorRef> Get(const std::string& name) const override {
-    TS_ASSIGN_OR_RETURN(TensorRef t, hf_.Get(name));
-    auto it = permuted_.find(name);
-    if (it == permuted_.end()) return t;
-    t.type = GgmlType::kF32;
-    t.data = reinterpret_cast<const uint8_t*>(it->second.data());
-    t.nbytes = it->second.size() * sizeof(float);
-    return t;
-  }
-
- private:
-  const WeightSource& hf_;
-  ModelConfig config_;
-  std::map<std::string, std::vector<float>> permuted_;
 };
 
 TEST(PeftLora, HfModelMatchesMergedWeightsAndGgufOrientationMatchesHf) {
