@@ -67,7 +67,7 @@ ProxyCall::ProxyCall(RouterCore* core, grpc::CallbackServerContext* context,
     End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "router is draining"));
     return;
   }
-  if (grpc::Status s = ParseGenerateRequest(buffer, &request_); !s.ok()) {
+  if (grpc::Status s = ParseRequest(buffer, &request_); !s.ok()) {
     End(s);
     return;
   }

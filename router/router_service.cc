@@ -6,6 +6,7 @@
 
 #include "common/timer.h"
 #include "router/proxy_call.h"
+#include "worker/server/api_util.h"
 #include "worker/server/rpc_security.h"
 
 namespace tinyserve {
@@ -49,7 +50,81 @@ grpc::ServerUnaryReactor* Forward(
   return reactor;
 }
 
+// One Embed call: sent to the least-loaded routable worker, and again to another one (up to
+// max_attempts) when a worker is unavailable or full; embeddings have no side effects.
+class EmbedForward {
+ public:
+  EmbedForward(RouterCore* core, grpc::CallbackServerContext* context,
+               grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* out)
+      : core_(core), deadline_(context->deadline()), reactor_(reactor), out_(out) {}
+
+  v1::EmbedRequest* request() { return &request_; }
+
+  // Deletes this when the call ends.
+  void Attempt(grpc::Status last) {
+    WorkerPtr worker;
+    for (const WorkerPtr& w : core_->Candidates(tried_))
+      if (worker == nullptr || w->inflight() < worker->inflight()) worker = w;
+    if (worker == nullptr || static_cast<int>(tried_.size()) >= core_->max_attempts) {
+      if (tried_.empty()) last = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy worker");
+      reactor_->Finish(last);
+      delete this;
+      return;
+    }
+    if (!tried_.empty()) core_->metrics->retries().Increment();
+    tried_.push_back(worker);
+    context_ = std::make_unique<grpc::ClientContext>();
+    if (deadline_ != std::chrono::system_clock::time_point::max())
+      context_->set_deadline(deadline_);
+    worker->Prepare(context_.get());
+    worker->AddInflight();
+    response_.Clear();
+    worker->api().async()->Embed(
+        context_.get(), &request_, &response_, [this, worker](grpc::Status s) {
+          worker->RemoveInflight();
+          worker->series()->outcomes[static_cast<int>(OutcomeOf(s))]->Increment();
+          if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+              s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+            Attempt(s);
+            return;
+          }
+          if (s.ok()) *out_ = ToByteBuffer(response_);
+          reactor_->Finish(s);
+          delete this;
+        });
+  }
+
+ private:
+  RouterCore* core_;
+  const std::chrono::system_clock::time_point deadline_;
+  grpc::ServerUnaryReactor* reactor_;
+  grpc::ByteBuffer* out_;
+  v1::EmbedRequest request_;
+  v1::EmbedResponse response_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::vector<WorkerPtr> tried_;
+};
+
 }  // namespace
+
+grpc::ServerUnaryReactor* RouterService::Embed(grpc::CallbackServerContext* context,
+                                               const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status s = CheckApiKey(*context, core_->api_key); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
+  auto* call = new EmbedForward(core_, context, reactor, response);
+  if (grpc::Status s = ParseRequest(*request, call->request()); !s.ok()) {
+    core_->metrics->none()->outcomes[static_cast<int>(RouterOutcome::kInvalid)]->Increment();
+    reactor->Finish(s);
+    delete call;
+    return reactor;
+  }
+  call->Attempt(grpc::Status::OK);
+  return reactor;
+}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* RouterService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {

@@ -1,7 +1,8 @@
 // File: router/router_service.h
 // The public TinyServe API as the router serves it: Generate is proxied (proxy_call.h);
 // Tokenize, Detokenize and GetModelInfo are forwarded to a healthy worker (all workers serve
-// the same model); Abort goes to every healthy worker (the router does not track which
+// the same model); Embed goes to the least-loaded worker, and to another when that one is
+// unavailable or full; Abort goes to every healthy worker (the router does not track which
 // worker holds which id; unknown ids are ignored there); GetServerInfo is answered here.
 //
 // Threading: handlers run on gRPC callback threads and never block (forwards use the async
@@ -14,12 +15,17 @@
 namespace tinyserve {
 
 class RouterService final : public tinyserve::v1::TinyServe::WithRawCallbackMethod_Generate<
-                                tinyserve::v1::TinyServe::CallbackService> {
+                                tinyserve::v1::TinyServe::WithRawCallbackMethod_Embed<
+                                    tinyserve::v1::TinyServe::CallbackService>> {
  public:
   explicit RouterService(RouterCore* core) : core_(core) {}
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;
+  // To the least-loaded worker; retried on another when one is unavailable or full.
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
                                   const tinyserve::v1::AbortRequest* request,
                                   tinyserve::v1::AbortResponse* response) override;

@@ -76,6 +76,7 @@ struct Sequence {
   double spec_alpha = 0.5;
   int32_t spec_probe = -1;
   void ObserveDraft(bool accepted) { spec_alpha += 0.1 * ((accepted ? 1.0 : 0.0) - spec_alpha); }
+  std::vector<float> pooled;  // an embedding request's pooled hidden state [dim]
   Utf8StreamDecoder utf8;
   std::string held;              // decoded text held back (could start a stop string)
   RequestUsage usage;
@@ -206,6 +207,11 @@ absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
        static_cast<int>(r.continuation_ids.size()) >= r.sampling.max_tokens))
     return absl::InvalidArgumentError(absl::StrCat("continuation: ", r.continuation_ids.size(),
                                                    " tokens leave nothing to generate"));
+  if (r.pooling != Pooling::kNone) {
+    if (cuda) return absl::InvalidArgumentError("pooling: embeddings need --device cpu");
+    if (!r.continuation_ids.empty())
+      return absl::InvalidArgumentError("continuation: an embedding request generates nothing");
+  }
   TS_RETURN_IF_ERROR(ValidateSamplingParams(r.sampling, vocab, max_context));
   if (r.selection) {
     TS_RETURN_IF_ERROR(ValidateSelectionSpec(*r.selection, opts.page_size));
@@ -263,8 +269,10 @@ bool Engine::Impl::Admit(Sequence& s) {
   // the request gets logits.
   const int ps = opts.page_size;
   // (Not for prompt logprobs still to compute: they need every prompt row's logits.)
-  const bool reuse =
-      opts.prefix_caching && (s.req.sampling.prompt_logprobs < 0 || s.prompt_lp_sent);
+  // (Nor for mean pooling, which needs every prompt token's hidden state.)
+  const bool reuse = opts.prefix_caching &&
+                     (s.req.sampling.prompt_logprobs < 0 || s.prompt_lp_sent) &&
+                     s.req.pooling != Pooling::kMean;
   const int64_t reusable = reuse ? (s.prompt_len - 1) / ps : 0;
   std::vector<int32_t> hit_pages;
   std::vector<uint64_t> hit_hashes;
@@ -285,6 +293,7 @@ bool Engine::Impl::Admit(Sequence& s) {
   s.pages = std::move(hit_pages);
   s.hashes = std::move(hit_hashes);
   s.computed = static_cast<int64_t>(s.pages.size()) * ps;
+  std::fill(s.pooled.begin(), s.pooled.end(), 0.0f);  // (re)computed from the first row
   if (s.usage.preemptions == 0) {
     s.usage.cached_tokens = static_cast<int>(s.computed);
     std::lock_guard<std::mutex> lock(mu);
@@ -738,6 +747,8 @@ bool Engine::Impl::Step() {
     in.decode_rows = !s.verify.empty();
     in.all_logits = in.decode_rows || s.WantsPromptLogprobs();
     in.lora = s.req.lora;
+    in.pooling = s.req.pooling;
+    in.pooled = s.pooled.empty() ? nullptr : s.pooled.data();
     const bool decode = chunk[i] == 1 && s.computed >= s.prompt_len;
     // A verification past the budget selects row by row (Draft checked SelectsPerRow); within
     // it the rows attend densely, their K/V read once.
@@ -840,6 +851,13 @@ bool Engine::Impl::Step() {
     s.computed += batch[b].n;
     RegisterFullPages(s);
     if (s.computed < static_cast<int64_t>(s.tokens.size())) continue;  // more prefill to do
+    if (s.req.pooling != Pooling::kNone) {  // an embedding: done once its prompt is
+      if (s.req.pooling == Pooling::kMean)
+        for (float& v : s.pooled) v /= static_cast<float>(s.prompt_len);
+      s.sink->OnEmbedding(s.pooled);
+      ended.push_back({&s, FinishReason::kLength});
+      continue;
+    }
     if (!s.started && s.policy) s.policy->OnPrefill(s.computed);
     const SampleResult r = s.sampler->Sample(out, vocab, s.tokens, s.tokens.size() - s.generated);
     if (s.spec_probe >= 0) s.ObserveDraft(r.id == s.spec_probe);
@@ -1106,6 +1124,7 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   s->arrival = NowSeconds();
   s->prompt_len = static_cast<int>(request.prompt_ids.size());
   s->tokens = request.prompt_ids;
+  if (request.pooling != Pooling::kNone) s->pooled.assign(m.model().dim, 0.0f);
   s->internal = request.request_id.rfind("__probe", 0) == 0;
   SamplingParams sp = request.sampling;
   if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;

@@ -123,6 +123,9 @@ class RequestSink {
   virtual void OnTokens(const std::vector<GeneratedToken>& tokens, const RequestUsage& usage) = 0;
   // Exactly once, last. status is OK unless reason is kError (then the error).
   virtual void OnFinish(FinishReason reason, const RequestUsage& usage, absl::Status status) = 0;
+  // Embedding requests (GenerateRequest::pooling): once, the pooled vector [hidden size], then
+  // OnFinish(kLength). No OnTokens.
+  virtual void OnEmbedding(const std::vector<float>& /*values*/) {}
   // With sampling.prompt_logprobs >= 0, once, before the first OnTokens: one entry per prompt
   // token (the first, without context, has logprob 0, no alternatives and rank 0).
   virtual void OnPromptLogprobs(const std::vector<GeneratedToken>& /*tokens*/) {}
@@ -143,6 +146,10 @@ struct GenerateRequest {
   // 1 + the index of a LoRA adapter in EngineOptions::loras; 0: the base model. Its cached
   // prompt pages are shared only with requests of the same adapter.
   int lora = 0;
+  // Not kNone: an embedding request. The prompt is prefilled and its hidden states after the
+  // final norm are pooled (RequestSink::OnEmbedding); nothing is generated and sampling is
+  // ignored. kMean computes every prompt token (no prefix-cache reuse). CPU runner.
+  Pooling pooling = Pooling::kNone;
 };
 
 // Engine-wide counters and gauges, read by metrics and by the router's load reports.

@@ -20,13 +20,7 @@ using engine_testing::Greedy;
 using engine_testing::RunEachAlone;
 using engine_testing::RunTogether;
 
-EngineOptions Options() {
-  EngineOptions o;
-  o.model_path = Stories260kPath();
-  o.kv_pages = 256;
-  o.max_context = 512;
-  return o;
-}
+EngineOptions Options() { return engine_testing::Stories260kOptions(); }
 
 std::unique_ptr<Engine> MakeEngine(EngineOptions o = Options()) {
   auto e = Engine::Create(o);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/paths.h"
 #include "gtest/gtest.h"
 #include "worker/engine/engine.h"
 
@@ -19,6 +20,15 @@ inline const std::vector<std::string> kPrompts = {"Once upon a time", "Lily and 
 inline const std::string kSharedPrefix =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
     "park. One day, she saw a big, red ball.";
+
+// stories260K with 256 pages of KV and a 512-token context.
+inline EngineOptions Stories260kOptions() {
+  EngineOptions o;
+  o.model_path = Stories260kPath();
+  o.kv_pages = 256;
+  o.max_context = 512;
+  return o;
+}
 
 class CollectSink : public RequestSink {
  public:

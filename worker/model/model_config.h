@@ -9,6 +9,10 @@ namespace tinyserve {
 
 enum class Arch { kLlama, kGpt2 };
 
+// How a sequence's hidden states (after the final norm) become an embedding: none (it
+// generates), the last token's, or the mean over its tokens.
+enum class Pooling { kNone, kLast, kMean };
+
 // Which channel pairs RoPE rotates (shared/reference/model-formats.md §5).
 enum class RopeStyle {
   kAdjacent,    // (x[2i], x[2i+1]): GGUF "llama" (Q/K rows were permuted by the converter)

@@ -531,6 +531,17 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
   hidden_.resize(rows.size() * D);
   for (size_t r = 0; r < rows.size(); ++r)
     Norm(&x_[static_cast<size_t>(rows[r]) * D], output_norm_w_, output_norm_b_, &hidden_[r * D]);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    float* pooled = batch[s].pooled;
+    if (pooled == nullptr || batch[s].pooling == Pooling::kNone) continue;
+    const int first = batch[s].pooling == Pooling::kLast ? row0[s + 1] - 1 : row0[s];
+    if (batch[s].pooling == Pooling::kLast) std::fill(pooled, pooled + D, 0.0f);
+    std::vector<float> h(D);
+    for (int t = first; t < row0[s + 1]; ++t) {
+      Norm(&x_[static_cast<size_t>(t) * D], output_norm_w_, output_norm_b_, h.data());
+      for (int64_t d = 0; d < D; ++d) pooled[d] += h[d];
+    }
+  }
   logits->resize(rows.size() * static_cast<size_t>(c.vocab_size));
   {
     Stopwatch sw;

@@ -58,6 +58,11 @@ struct SeqInput {
   bool decode_rows = false;
   AttentionSelector* selector = nullptr;  // decode token selection; null = dense
   int lora = 0;  // a LoRA adapter's id (TransformerRunner::AddLora); 0: the base model
+  // Embeddings: the rows' hidden states after the final norm go into pooled [dim]: kLast
+  // writes the last row's, kMean adds the sum of all n rows' (the caller zeroes it first and
+  // divides by the token count after the last chunk).
+  Pooling pooling = Pooling::kNone;
+  float* pooled = nullptr;
 };
 
 // Time spent per phase in the last Forward (seconds), for instrumentation.

@@ -1,14 +1,18 @@
 #include "worker/server/api_util.h"
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
 
 namespace tinyserve {
 namespace {
 
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
 using google::protobuf::UnknownField;
 using google::protobuf::UnknownFieldSet;
 
@@ -31,68 +35,38 @@ size_t Utf8SequenceLength(std::string_view s, size_t i) {
   return 0;
 }
 
-// Finds the first length-delimited field `number` in `set` that is not well-formed UTF-8.
-// Returns its index among the fields with that number, or -1.
-int FirstBadString(const UnknownFieldSet& set, int number) {
-  int index = 0;
-  for (int i = 0; i < set.field_count(); ++i) {
-    const UnknownField& f = set.field(i);
-    if (f.number() != number || f.type() != UnknownField::TYPE_LENGTH_DELIMITED) continue;
-    if (!IsWellFormedUtf8(f.length_delimited())) return index;
-    ++index;
-  }
-  return -1;
-}
-
-// Calls fn(sub-message set, index) for each length-delimited field `number` that parses.
-template <typename Fn>
-bool ForEachSubMessage(const UnknownFieldSet& set, int number, Fn fn) {
-  int index = 0;
-  for (int i = 0; i < set.field_count(); ++i) {
-    const UnknownField& f = set.field(i);
-    if (f.number() != number || f.type() != UnknownField::TYPE_LENGTH_DELIMITED) continue;
+// The path of the first string field in `set` (the wire form of a `type` message) holding
+// malformed UTF-8, e.g. "chat.messages[2].content"; a map names just its field. "" if none.
+// A singular message field given more than once is merged first, as protobuf parses it.
+std::string FindBadUtf8Field(const Descriptor* type, const UnknownFieldSet& set) {
+  std::map<int, int> seen;              // field number -> its entries so far (repeated index)
+  std::map<int, std::string> singular;  // singular message fields: their merged wire bytes
+  auto inner = [](const FieldDescriptor* field, const std::string& bytes) -> std::string {
     UnknownFieldSet sub;
-    if (sub.ParseFromString(f.length_delimited()) && fn(sub, index)) return true;
-    ++index;
-  }
-  return false;
-}
-
-// Names the string field of a GenerateRequest (wire form) holding malformed UTF-8, or "".
-// Field numbers follow tinyserve.proto.
-std::string FindBadUtf8Field(const UnknownFieldSet& req) {
-  if (FirstBadString(req, 1) >= 0) return "request_id";
-  if (FirstBadString(req, 2) >= 0) return "text";
-  std::string name;
-  int message_index = 0;  // a repeated field's entries may be split over several chat fields
-  ForEachSubMessage(req, 4, [&](const UnknownFieldSet& chat, int) {
-    return ForEachSubMessage(chat, 1, [&](const UnknownFieldSet& msg, int) {
-      const int i = message_index++;
-      if (FirstBadString(msg, 1) >= 0) name = absl::StrCat("chat.messages[", i, "].role");
-      if (FirstBadString(msg, 2) >= 0) name = absl::StrCat("chat.messages[", i, "].content");
-      return !name.empty();
-    });
-  });
-  if (!name.empty()) return name;
-  ForEachSubMessage(req, 5, [&](const UnknownFieldSet& sampling, int) {
-    const int i = FirstBadString(sampling, 8);
-    if (i >= 0) name = absl::StrCat("sampling.stop[", i, "]");
-    return !name.empty();
-  });
-  if (!name.empty()) return name;
-  ForEachSubMessage(req, 6, [&](const UnknownFieldSet& selection, int) {
-    if (FirstBadString(selection, 1) >= 0) {
-      name = "selection.policy";
-      return true;
+    return sub.ParseFromString(bytes) ? FindBadUtf8Field(field->message_type(), sub) : "";
+  };
+  for (int i = 0; i < set.field_count(); ++i) {
+    const UnknownField& f = set.field(i);
+    const FieldDescriptor* field = type->FindFieldByNumber(f.number());
+    if (field == nullptr || f.type() != UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    const int index = seen[f.number()]++;
+    std::string name = field->name();
+    if (field->is_repeated() && !field->is_map()) absl::StrAppend(&name, "[", index, "]");
+    if (field->type() == FieldDescriptor::TYPE_STRING) {
+      if (!IsWellFormedUtf8(f.length_delimited())) return name;
+    } else if (field->type() == FieldDescriptor::TYPE_MESSAGE && !field->is_repeated()) {
+      singular[f.number()] += f.length_delimited();
+    } else if (field->type() == FieldDescriptor::TYPE_MESSAGE) {
+      const std::string bad = inner(field, f.length_delimited());
+      if (!bad.empty()) return field->is_map() ? name : absl::StrCat(name, ".", bad);
     }
-    return ForEachSubMessage(selection, 7, [&](const UnknownFieldSet& entry, int) {
-      if (FirstBadString(entry, 1) >= 0 || FirstBadString(entry, 2) >= 0) {
-        name = "selection.params";
-      }
-      return !name.empty();
-    });
-  });
-  return name;
+  }
+  for (const auto& [number, bytes] : singular) {
+    const FieldDescriptor* field = type->FindFieldByNumber(number);
+    const std::string bad = inner(field, bytes);
+    if (!bad.empty()) return absl::StrCat(field->name(), ".", bad);
+  }
+  return "";
 }
 
 }  // namespace
@@ -139,8 +113,7 @@ bool FromByteBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* m
   return message->ParseFromString(bytes);
 }
 
-grpc::Status ParseGenerateRequest(const grpc::ByteBuffer& buffer,
-                                  tinyserve::v1::GenerateRequest* request) {
+grpc::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Message* request) {
   std::vector<grpc::Slice> slices;
   if (!buffer.Dump(&slices).ok()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: unreadable message");
@@ -153,14 +126,14 @@ grpc::Status ParseGenerateRequest(const grpc::ByteBuffer& buffer,
   if (request->ParseFromString(bytes)) return grpc::Status::OK;
   UnknownFieldSet wire;
   if (wire.ParseFromString(bytes)) {
-    const std::string field = FindBadUtf8Field(wire);
+    const std::string field = FindBadUtf8Field(request->GetDescriptor(), wire);
     if (!field.empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat(field, " is not valid UTF-8"));
     }
   }
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      "request: not a valid tinyserve.v1.GenerateRequest");
+                      absl::StrCat("request: not a valid ", request->GetDescriptor()->full_name()));
 }
 
 const char* StatusCodeName(grpc::StatusCode code) {

@@ -1,7 +1,7 @@
 // File: worker/server/api_util.h
 // Helpers shared by the worker and the router for the public API messages:
-//   - Generate is served as a raw (ByteBuffer) method so that a request that protobuf refuses to
-//     parse (proto3 rejects string fields holding malformed UTF-8) is answered with
+//   - Generate and Embed are served as raw (ByteBuffer) methods so that a request that protobuf
+//     refuses to parse (proto3 rejects string fields holding malformed UTF-8) is answered with
 //     INVALID_ARGUMENT naming the field, instead of gRPC's generic parse failure;
 //   - UTF-8 checks and repair, because every string field we send must be valid UTF-8 (Python
 //     and other strict clients refuse to parse it otherwise);
@@ -24,10 +24,10 @@ bool IsWellFormedUtf8(std::string_view s);
 // s with every ill-formed sequence replaced by U+FFFD.
 std::string SanitizeUtf8(std::string_view s);
 
-// Parses a GenerateRequest. On failure: INVALID_ARGUMENT naming the string field that holds
-// malformed UTF-8 ("text is not valid UTF-8"), or saying the message is malformed.
-grpc::Status ParseGenerateRequest(const grpc::ByteBuffer& buffer,
-                                  tinyserve::v1::GenerateRequest* request);
+// Parses a request message. On failure: INVALID_ARGUMENT naming the string field that holds
+// malformed UTF-8 ("chat.messages[1].content is not valid UTF-8"), or saying the message is
+// malformed.
+grpc::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Message* request);
 
 // Serializes a message into a ByteBuffer (one slice).
 grpc::ByteBuffer ToByteBuffer(const google::protobuf::Message& message);

@@ -68,7 +68,7 @@ GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext
     return;
   }
   v1::GenerateRequest request;
-  if (grpc::Status s = ParseGenerateRequest(buffer, &request); !s.ok()) {
+  if (grpc::Status s = ParseRequest(buffer, &request); !s.ok()) {
     Reject(s);
     return;
   }

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <deque>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -282,7 +284,8 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   }
   mg_set_request_handler(f->ctx_, "/", &HttpFrontend::Handle, f.get());
   TS_LOG(INFO) << "OpenAI-compatible " << (https ? "HTTPS" : "HTTP") << " API on " << options.host
-               << ":" << f->port_ << " (/v1/completions, /v1/chat/completions, /v1/models)";
+               << ":" << f->port_
+               << " (/v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models)";
   return f;
 }
 
@@ -330,6 +333,7 @@ int HttpFrontend::Route(mg_connection* conn) {
       {"/v1/completions", "POST", "completions", false, &HttpFrontend::Completions},
       {"/v1/chat/completions", "POST", "chat_completions", false, &HttpFrontend::ChatCompletions},
       {"/v1/models", "GET", "models", false, &HttpFrontend::Models},
+      {"/v1/embeddings", "POST", "embeddings", false, &HttpFrontend::Embeddings},
       {"/tokenize", "POST", "tokenize", false, &HttpFrontend::Tokenize},
       {"/detokenize", "POST", "detokenize", false, &HttpFrontend::Detokenize},
       {"/health", "GET", "health", true, &HttpFrontend::Health},
@@ -520,6 +524,38 @@ int HttpFrontend::Models(mg_connection* conn, const std::string&) {
                     {"parent", model->name},
                     {"max_model_len", model->max_context}});
   return SendBody(conn, 200, Dump({{"object", "list"}, {"data", std::move(data)}}));
+}
+
+int HttpFrontend::Embeddings(mg_connection* conn, const std::string& body) {
+  auto model = Model();
+  if (!model.ok()) return SendError(conn, model.status());
+  bool base64 = false;
+  auto req = openai::ParseEmbeddingsRequest(body, *model, &base64);
+  if (!req.ok()) return SendError(conn, req.status());
+  if (req->request_id().empty())
+    req->set_request_id(absl::StrCat("embd-", id_prefix_, "-", next_id_.fetch_add(1)));
+  // Asynchronous, so that a client that hangs up cancels the call (its inputs are aborted).
+  grpc::ClientContext ctx;
+  AttachApiKey(options_.api_key, &ctx);
+  v1::EmbedResponse resp;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<grpc::Status> status;
+  stub_->async()->Embed(&ctx, &*req, &resp, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+    cv.notify_all();
+  });
+  const int sock = ConnectionSocket(mg_get_request_info(conn));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, kDisconnectPoll, [&] { return status.has_value(); })) {
+      if (sock >= 0 && PeerClosed(sock)) ctx.TryCancel();
+    }
+  }
+  if (!status->ok()) return SendError(conn, *status);
+  const std::string name = req->lora_adapter().empty() ? model->name : req->lora_adapter();
+  return SendBody(conn, 200, Dump(openai::EmbeddingsResponse(resp, name, base64)));
 }
 
 int HttpFrontend::Tokenize(mg_connection* conn, const std::string& body) {

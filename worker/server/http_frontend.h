@@ -92,6 +92,7 @@ class HttpFrontend {
   int Completions(mg_connection* conn, const std::string& body);
   int ChatCompletions(mg_connection* conn, const std::string& body);
   int Models(mg_connection* conn, const std::string& body);
+  int Embeddings(mg_connection* conn, const std::string& body);
   int Tokenize(mg_connection* conn, const std::string& body);
   int Detokenize(mg_connection* conn, const std::string& body);
   int Health(mg_connection* conn, const std::string& body);

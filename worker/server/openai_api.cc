@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -112,9 +113,10 @@ bool IsTokenList(const json& v) {
   return true;
 }
 
-absl::Status ParsePrompts(Fields& f, std::vector<Prompt>* out) {
-  const json* p = f.Get("prompt");
-  if (p == nullptr) return Bad("prompt", "is required");
+// The prompts of field `key` (completions' "prompt", embeddings' "input").
+absl::Status ParsePrompts(Fields& f, const std::string& key, std::vector<Prompt>* out) {
+  const json* p = f.Get(key.c_str());
+  if (p == nullptr) return Bad(key, "is required");
   auto token_prompt = [](const json& v, absl::string_view field) -> absl::StatusOr<Prompt> {
     Prompt prompt;
     prompt.is_text = false;
@@ -130,13 +132,13 @@ absl::Status ParsePrompts(Fields& f, std::vector<Prompt>* out) {
   if (p->is_string()) {
     out->push_back({p->get<std::string>(), {}, true});
   } else if (IsTokenList(*p)) {
-    auto one = token_prompt(*p, "prompt");
+    auto one = token_prompt(*p, key);
     if (!one.ok()) return one.status();
     out->push_back(*std::move(one));
   } else if (p->is_array() && !p->empty()) {
     for (size_t i = 0; i < p->size(); ++i) {
       const json& e = (*p)[i];
-      const std::string field = absl::StrCat("prompt[", i, "]");
+      const std::string field = absl::StrCat(key, "[", i, "]");
       if (e.is_string()) {
         out->push_back({e.get<std::string>(), {}, true});
       } else if (IsTokenList(e)) {
@@ -148,14 +150,29 @@ absl::Status ParsePrompts(Fields& f, std::vector<Prompt>* out) {
       }
     }
   } else {
-    return Bad("prompt", "must be a string, a list of token ids, or a non-empty list of either");
+    return Bad(key, "must be a string, a list of token ids, or a non-empty list of either");
   }
   for (size_t i = 0; i < out->size(); ++i) {
     if ((*out)[i].is_text && (*out)[i].text.empty()) {
-      return Bad(out->size() == 1 ? std::string("prompt") : absl::StrCat("prompt[", i, "]"),
-                 "is empty");
+      return Bad(out->size() == 1 ? key : absl::StrCat(key, "[", i, "]"), "is empty");
     }
   }
+  return absl::OkStatus();
+}
+
+// "model": a LoRA adapter's name sets *adapter; the base model's, or any name when no adapter
+// is loaded, leaves it empty; another name is a 404 (vLLM's "model does not exist").
+absl::Status ResolveAdapter(Fields& f, const ServedModel& model, std::string* adapter) {
+  const auto name = f.String("model");
+  if (!name || model.loras.empty() || *name == model.name) return absl::OkStatus();
+  if (std::find(model.loras.begin(), model.loras.end(), *name) == model.loras.end()) {
+    absl::Status st = absl::NotFoundError(
+        absl::StrCat("The model `", name->substr(0, 80), "` does not exist (served: ", model.name,
+                     ", ", absl::StrJoin(model.loras, ", "), ")."));
+    st.SetPayload(kParamPayload, absl::Cord("model"));
+    return st;
+  }
+  *adapter = *name;
   return absl::OkStatus();
 }
 
@@ -537,16 +554,7 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
     }
   }
   if (auto v = f.String("cache_salt")) base->set_cache_salt(*v);
-  if (const auto name = f.String("model"); name && !model.loras.empty() && *name != model.name) {
-    if (std::find(model.loras.begin(), model.loras.end(), *name) == model.loras.end()) {
-      absl::Status st = absl::NotFoundError(
-          absl::StrCat("The model `", name->substr(0, 80), "` does not exist (served: ", model.name,
-                       ", ", absl::StrJoin(model.loras, ", "), ")."));
-      st.SetPayload(kParamPayload, absl::Cord("model"));
-      return st;
-    }
-    base->set_lora_adapter(*name);
-  }
+  TS_RETURN_IF_ERROR(ResolveAdapter(f, model, base->mutable_lora_adapter()));
   if (auto v = f.Integer("priority", std::numeric_limits<int32_t>::min(), int_max)) {
     base->set_priority(static_cast<int32_t>(*v));
   }
@@ -640,6 +648,66 @@ absl::StatusOr<json> ParseBody(std::string_view body) {
   return root;
 }
 
+absl::StatusOr<v1::EmbedRequest> ParseEmbeddingsRequest(std::string_view body,
+                                                        const ServedModel& model, bool* base64) {
+  TS_ASSIGN_OR_RETURN(const json root, ParseBody(body));
+  Fields f(root, "");
+  v1::EmbedRequest out;
+  std::vector<Prompt> inputs;
+  TS_RETURN_IF_ERROR(ParsePrompts(f, "input", &inputs));
+  for (const Prompt& p : inputs) {
+    v1::EmbedInput* in = out.add_inputs();
+    if (p.is_text) {
+      in->set_text(p.text);
+    } else {
+      in->mutable_token_ids()->mutable_ids()->Add(p.ids.begin(), p.ids.end());
+    }
+  }
+  out.set_parse_special_tokens(true);  // as the completions route tokenizes
+  const std::string format = f.String("encoding_format").value_or("float");
+  if (format != "float" && format != "base64")
+    return Bad("encoding_format", "must be \"float\" or \"base64\"");
+  *base64 = format == "base64";
+  f.RejectUnless("dimensions", false, "is not supported (the vectors have the model's width)");
+  out.set_normalize(f.Bool("normalize").value_or(true));
+  const std::string pooling = f.String("pooling").value_or("last");
+  if (pooling != "last" && pooling != "mean") return Bad("pooling", "must be \"last\" or \"mean\"");
+  out.set_pooling(pooling == "mean" ? v1::POOLING_MEAN : v1::POOLING_LAST);
+  if (auto v = f.Bool("add_special_tokens")) out.set_add_special_tokens(*v);
+  if (auto v = f.Integer("priority", std::numeric_limits<int32_t>::min(),
+                         std::numeric_limits<int32_t>::max()))
+    out.set_priority(static_cast<int32_t>(*v));
+  if (auto v = f.String("cache_salt")) out.set_cache_salt(*v);
+  if (auto v = f.String("request_id")) out.set_request_id(*v);
+  f.String("user");
+  TS_RETURN_IF_ERROR(f.status());
+  TS_RETURN_IF_ERROR(ResolveAdapter(f, model, out.mutable_lora_adapter()));
+  TS_RETURN_IF_ERROR(f.status());
+  return out;
+}
+
+Json EmbeddingsResponse(const v1::EmbedResponse& response, const std::string& model, bool base64) {
+  Json data = Json::array();
+  for (int i = 0; i < response.embeddings_size(); ++i) {
+    const auto& values = response.embeddings(i).values();
+    Json embedding;
+    if (base64) {  // OpenAI's: the float32 vector's little-endian bytes
+      std::string bytes(reinterpret_cast<const char*>(values.data()),
+                        values.size() * sizeof(float));
+      embedding = absl::Base64Escape(bytes);
+    } else {
+      embedding = std::vector<float>(values.begin(), values.end());
+    }
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", std::move(embedding)}});
+  }
+  return {
+      {"object", "list"},
+      {"data", std::move(data)},
+      {"model", model},
+      {"usage",
+       {{"prompt_tokens", response.prompt_tokens()}, {"total_tokens", response.prompt_tokens()}}}};
+}
+
 absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
                                            const ServedModel& model,
                                            const std::string& request_id) {
@@ -667,7 +735,7 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
   std::vector<std::string> echo;
   if (endpoint == Endpoint::kCompletions) {
     std::vector<Prompt> parsed;
-    TS_RETURN_IF_ERROR(ParsePrompts(f, &parsed));
+    TS_RETURN_IF_ERROR(ParsePrompts(f, "prompt", &parsed));
     const bool want_echo = f.Bool("echo").value_or(false);
     const std::optional<std::string> suffix = f.String("suffix");
     f.RejectUnless("suffix", suffix.value_or("").empty(), "is not supported");

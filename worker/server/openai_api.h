@@ -96,6 +96,18 @@ inline constexpr int kMaxJsonDepth = 32;
 // A request body: a JSON object nested at most kMaxJsonDepth deep, else INVALID_ARGUMENT.
 absl::StatusOr<Json> ParseBody(std::string_view body);
 
+// POST /v1/embeddings: input (a string, token ids, or a list of either), model (an adapter's
+// name selects it, as for completions), encoding_format "float" (default) or "base64" (sets
+// *base64), and the extras normalize (default true: unit vectors, as OpenAI's are), pooling
+// ("last", the default, or "mean"), add_special_tokens, priority, cache_salt, request_id;
+// dimensions is refused. Text is tokenized with special tokens parsed, as completions do.
+absl::StatusOr<tinyserve::v1::EmbedRequest> ParseEmbeddingsRequest(std::string_view body,
+                                                                   const ServedModel& model,
+                                                                   bool* base64);
+// OpenAI's embeddings list object ("usage" counts prompt tokens only).
+Json EmbeddingsResponse(const tinyserve::v1::EmbedResponse& response, const std::string& model,
+                        bool base64);
+
 // Parses and checks a request body. request_id names the calls (request_id-i).
 absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
                                            const ServedModel& model, const std::string& request_id);

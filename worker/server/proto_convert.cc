@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "worker/server/block_hash.h"
 
 namespace tinyserve {
@@ -51,7 +52,54 @@ SamplingParams ToSampling(const v1::SamplingOptions& s) {
   return p;
 }
 
+// The id of adapter `name` (0: the base model, for an empty name).
+absl::StatusOr<int> ResolveLora(const std::string& name, const std::vector<LoraInfo>& loras) {
+  if (name.empty()) return 0;
+  if (const int id = LoraId(loras, name); id != 0) return id;
+  std::vector<std::string> names;
+  for (const LoraInfo& l : loras) names.push_back(l.name);
+  return absl::InvalidArgumentError(
+      absl::StrCat("lora_adapter: no adapter named '", name.substr(0, 80),
+                   "' (loaded: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<GenerateRequest>> ToEngineEmbedRequests(
+    const v1::EmbedRequest& request, const Tokenizer& tokenizer,
+    const std::vector<LoraInfo>& loras) {
+  if (request.inputs().empty()) return absl::InvalidArgumentError("inputs: no input given");
+  if (request.inputs_size() > kMaxEmbedInputs)
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs: ", request.inputs_size(), " inputs; at most ", kMaxEmbedInputs));
+  GenerateRequest base;
+  TS_ASSIGN_OR_RETURN(base.lora, ResolveLora(request.lora_adapter(), loras));
+  base.cache_salt = CacheSaltSeed(request.cache_salt());
+  base.priority = request.priority();
+  base.pooling = request.pooling() == v1::POOLING_MEAN ? Pooling::kMean : Pooling::kLast;
+  if (request.pooling() != v1::POOLING_UNSPECIFIED && request.pooling() != v1::POOLING_LAST &&
+      request.pooling() != v1::POOLING_MEAN)
+    return absl::InvalidArgumentError(
+        absl::StrCat("pooling: unknown value ", static_cast<int>(request.pooling())));
+  const bool add_bos = request.has_add_special_tokens() ? request.add_special_tokens() : true;
+  std::vector<GenerateRequest> out;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const v1::EmbedInput& in = request.inputs(i);
+    GenerateRequest r = base;
+    const std::string field = absl::StrCat("inputs[", i, "]");
+    if (in.input_case() == v1::EmbedInput::kText) {
+      r.prompt_ids = tokenizer.Encode(in.text(), request.parse_special_tokens(), add_bos);
+    } else if (in.input_case() == v1::EmbedInput::kTokenIds) {
+      const std::string ids_field = field + ".token_ids.ids";
+      TS_RETURN_IF_ERROR(CheckIds(in.token_ids().ids(), tokenizer.vocab_size(), ids_field.c_str()));
+      r.prompt_ids.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
+    }
+    if (r.prompt_ids.empty())
+      return absl::InvalidArgumentError(absl::StrCat(field, ": empty (no tokens to embed)"));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
 
 absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                 const Tokenizer& tokenizer,
@@ -108,16 +156,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
 
   out.sampling = ToSampling(request.sampling());
   out.cache_salt = CacheSaltSeed(request.cache_salt());
-  if (!request.lora_adapter().empty()) {
-    out.lora = LoraId(loras, request.lora_adapter());
-    if (out.lora == 0) {
-      std::vector<std::string> names;
-      for (const LoraInfo& l : loras) names.push_back(l.name);
-      return absl::InvalidArgumentError(
-          absl::StrCat("lora_adapter: no adapter named '", request.lora_adapter().substr(0, 80),
-                       "' (loaded: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
-    }
-  }
+  TS_ASSIGN_OR_RETURN(out.lora, ResolveLora(request.lora_adapter(), loras));
   out.priority = request.priority();
   out.continuation_ids.assign(request.continuation_ids().begin(), request.continuation_ids().end());
   if (auto s = CheckIds(request.sampling().stop_token_ids(), vocab, "sampling.stop_token_ids");

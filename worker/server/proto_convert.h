@@ -22,6 +22,13 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const tinyserve::v1::GenerateReq
                                                 const SelectionSpec& default_selection,
                                                 const std::vector<LoraInfo>& loras);
 
+// Embed: one engine request per input (tokenized, pooling set; request_id and deadline are
+// left to the caller). Errors name the field ("inputs[3]: empty ...").
+inline constexpr int kMaxEmbedInputs = 2048;  // OpenAI's limit per call
+absl::StatusOr<std::vector<GenerateRequest>> ToEngineEmbedRequests(
+    const tinyserve::v1::EmbedRequest& request, const Tokenizer& tokenizer,
+    const std::vector<LoraInfo>& loras);
+
 tinyserve::v1::FinishReason ToProtoFinishReason(FinishReason reason);
 // Fills Complete.usage, timing and selection from the engine's usage.
 void FillComplete(const RequestUsage& usage, FinishReason reason,

@@ -25,14 +25,14 @@ TEST(ParseGenerateRequest, NamesTheFieldWithBadUtf8) {
   v1::GenerateRequest ok;
   ok.set_text("hello");
   v1::GenerateRequest parsed;
-  EXPECT_TRUE(ParseGenerateRequest(ToByteBuffer(ok), &parsed).ok());
+  EXPECT_TRUE(ParseRequest(ToByteBuffer(ok), &parsed).ok());
   EXPECT_EQ(parsed.text(), "hello");
 
   // Field 2 (text), length 2, bytes 0xFF 0xFE: what a client with raw bytes can send.
   const std::string wire("\x12\x02\xFF\xFE", 4);
   grpc::Slice slice(wire);
   grpc::ByteBuffer bad(&slice, 1);
-  grpc::Status s = ParseGenerateRequest(bad, &parsed);
+  grpc::Status s = ParseRequest(bad, &parsed);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("text"), std::string::npos) << s.error_message();
 
@@ -43,9 +43,35 @@ TEST(ParseGenerateRequest, NamesTheFieldWithBadUtf8) {
   bytes += std::string("\x22\x08\x0A\x06\x12\x04\x61\xFF\x62\x63", 10);  // chat.messages[2]
   grpc::Slice slice2(bytes);
   grpc::ByteBuffer bad2(&slice2, 1);
-  s = ParseGenerateRequest(bad2, &parsed);
+  s = ParseRequest(bad2, &parsed);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("chat.messages[2].content"), std::string::npos)
+      << s.error_message();
+}
+
+TEST(ParseRequest, NamesNestedRepeatedAndMapFields) {
+  auto bad = [](const std::string& wire) {
+    grpc::Slice slice(wire);
+    return grpc::ByteBuffer(&slice, 1);
+  };
+  // EmbedRequest.inputs[1].text (field 2, then EmbedInput field 1).
+  v1::EmbedRequest embed;
+  grpc::Status s =
+      ParseRequest(bad(std::string("\x12\x04\x0A\x02hi\x12\x04\x0A\x02\xFF\xFE", 12)), &embed);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("inputs[1].text is not valid UTF-8"), std::string::npos)
+      << s.error_message();
+  // GenerateRequest.selection.params (a map: named without an index) and sampling.stop[1].
+  v1::GenerateRequest gen;
+  s = ParseRequest(bad(std::string("\x32\x06\x3A\x04\x0A\x02\xC3\x28", 8)), &gen);
+  EXPECT_NE(s.error_message().find("selection.params is not"), std::string::npos)
+      << s.error_message();
+  s = ParseRequest(bad(std::string("\x2A\x03\x42\x01x\x2A\x03\x42\x01\xFF", 10)), &gen);
+  EXPECT_NE(s.error_message().find("sampling.stop[1] is not"), std::string::npos)
+      << s.error_message();
+  // Not a message at all.
+  s = ParseRequest(bad(std::string("\xFF\xFF\xFF", 3)), &embed);
+  EXPECT_NE(s.error_message().find("not a valid tinyserve.v1.EmbedRequest"), std::string::npos)
       << s.error_message();
 }
 

@@ -8,6 +8,7 @@
 #include "common/timer.h"
 #include "worker/server/api_util.h"
 #include "worker/server/block_hash.h"
+#include "worker/server/embed_reactor.h"
 #include "worker/server/generate_reactor.h"
 #include "worker/server/rpc_security.h"
 #include "worker/server/status_convert.h"
@@ -43,6 +44,12 @@ std::string WorkerState::NewRequestId() {
 grpc::ServerWriteReactor<grpc::ByteBuffer>* TinyServeService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return new GenerateReactor(state_, context, *request);
+}
+
+grpc::ServerUnaryReactor* TinyServeService::Embed(grpc::CallbackServerContext* context,
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response) {
+  return new EmbedReactor(state_, context, *request, response);
 }
 
 grpc::ServerUnaryReactor* TinyServeService::Abort(grpc::CallbackServerContext* context,

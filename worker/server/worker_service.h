@@ -1,10 +1,11 @@
 // File: worker/server/worker_service.h
 // The worker's gRPC services over one Engine:
 //   - TinyServe (public API): Generate streams through a GenerateReactor fed by the engine's
-//     RequestSink; Abort, Tokenize, Detokenize, GetModelInfo, GetServerInfo are unary and cheap.
+//     RequestSink; Embed runs its inputs through an EmbedReactor; Abort, Tokenize, Detokenize,
+//     GetModelInfo, GetServerInfo are unary and cheap.
 //   - WorkerControl (router API): GetLoad, GetPrefixSummary, DeepHealth.
-// Generate is a raw method (ByteBuffer) so malformed UTF-8 is answered with INVALID_ARGUMENT
-// naming the field (worker/server/api_util.h).
+// Generate and Embed are raw methods (ByteBuffer) so malformed UTF-8 is answered with
+// INVALID_ARGUMENT naming the field (worker/server/api_util.h).
 //
 // Threading: handlers run on gRPC callback threads and never block: they parse, validate,
 // tokenize and hand the request to the engine (Engine::Submit is thread-safe). Engine sink
@@ -51,14 +52,17 @@ struct WorkerState {
   std::atomic<uint64_t> next_id_{1};
 };
 
-class TinyServeService final
-    : public tinyserve::v1::TinyServe::WithRawCallbackMethod_Generate<
-          tinyserve::v1::TinyServe::CallbackService> {
+class TinyServeService final : public tinyserve::v1::TinyServe::WithRawCallbackMethod_Generate<
+                                   tinyserve::v1::TinyServe::WithRawCallbackMethod_Embed<
+                                       tinyserve::v1::TinyServe::CallbackService>> {
  public:
   explicit TinyServeService(WorkerState* state) : state_(state) {}
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
                                   const tinyserve::v1::AbortRequest* request,
                                   tinyserve::v1::AbortResponse* response) override;
