@@ -51,57 +51,67 @@ grpc::ServerUnaryReactor* Forward(
 }
 
 // One Embed call: sent to the least-loaded routable worker, and again to another one (up to
-// max_attempts) when a worker is unavailable or full; embeddings have no side effects.
-class EmbedForward {
+// max_attempts) when a worker is unavailable or its queue is full; embeddings have no side
+// effects. A client that cancels cancels the worker's call. Deletes itself in OnDone.
+class EmbedForward final : public grpc::ServerUnaryReactor {
  public:
-  EmbedForward(RouterCore* core, grpc::CallbackServerContext* context,
-               grpc::ServerUnaryReactor* reactor, grpc::ByteBuffer* out)
-      : core_(core), deadline_(context->deadline()), reactor_(reactor), out_(out) {}
+  EmbedForward(RouterCore* core, grpc::CallbackServerContext* context, grpc::ByteBuffer* out)
+      : core_(core), deadline_(context->deadline()), out_(out) {}
 
   v1::EmbedRequest* request() { return &request_; }
 
-  // Deletes this when the call ends.
   void Attempt(grpc::Status last) {
     WorkerPtr worker;
     for (const WorkerPtr& w : core_->Candidates(tried_))
       if (worker == nullptr || w->inflight() < worker->inflight()) worker = w;
     if (worker == nullptr || static_cast<int>(tried_.size()) >= core_->max_attempts) {
       if (tried_.empty()) last = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy worker");
-      reactor_->Finish(last);
-      delete this;
-      return;
+      return Finish(last);
     }
     if (!tried_.empty()) core_->metrics->retries().Increment();
     tried_.push_back(worker);
-    context_ = std::make_unique<grpc::ClientContext>();
-    if (deadline_ != std::chrono::system_clock::time_point::max())
-      context_->set_deadline(deadline_);
-    worker->Prepare(context_.get());
+    grpc::ClientContext* context;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      context_ = std::make_unique<grpc::ClientContext>();
+      context = context_.get();
+      // (Cancelled already: the attempt starts cancelled and ends CANCELLED.)
+      if (cancelled_) context->TryCancel();
+    }
+    if (deadline_ != std::chrono::system_clock::time_point::max()) context->set_deadline(deadline_);
+    worker->Prepare(context);
     worker->AddInflight();
     response_.Clear();
-    worker->api().async()->Embed(
-        context_.get(), &request_, &response_, [this, worker](grpc::Status s) {
-          worker->RemoveInflight();
-          worker->series()->outcomes[static_cast<int>(OutcomeOf(s))]->Increment();
-          if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-              s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-            Attempt(s);
-            return;
-          }
-          if (s.ok()) *out_ = ToByteBuffer(response_);
-          reactor_->Finish(s);
-          delete this;
-        });
+    worker->api().async()->Embed(context, &request_, &response_, [this, worker](grpc::Status s) {
+      worker->RemoveInflight();
+      worker->series()->outcomes[static_cast<int>(OutcomeOf(s))]->Increment();
+      // (A RESOURCE_EXHAUSTED of the client's own, a response over its size limit, would be
+      // the same on any worker.)
+      const bool again = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                         (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                          s.error_message().find("larger than max") == std::string::npos);
+      if (again) return Attempt(s);
+      if (s.ok()) *out_ = ToByteBuffer(response_);
+      Finish(s);  // last touch of `this`
+    });
   }
 
  private:
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    if (context_) context_->TryCancel();
+  }
+  void OnDone() override { delete this; }
+
   RouterCore* core_;
   const std::chrono::system_clock::time_point deadline_;
-  grpc::ServerUnaryReactor* reactor_;
   grpc::ByteBuffer* out_;
   v1::EmbedRequest request_;
   v1::EmbedResponse response_;
-  std::unique_ptr<grpc::ClientContext> context_;
+  std::mutex mu_;
+  std::unique_ptr<grpc::ClientContext> context_;  // GUARDED_BY(mu_) the current attempt's
+  bool cancelled_ = false;                        // GUARDED_BY(mu_)
   std::vector<WorkerPtr> tried_;
 };
 
@@ -110,20 +120,19 @@ class EmbedForward {
 grpc::ServerUnaryReactor* RouterService::Embed(grpc::CallbackServerContext* context,
                                                const grpc::ByteBuffer* request,
                                                grpc::ByteBuffer* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (grpc::Status s = CheckApiKey(*context, core_->api_key); !s.ok()) {
-    reactor->Finish(s);
-    return reactor;
-  }
-  auto* call = new EmbedForward(core_, context, reactor, response);
-  if (grpc::Status s = ParseRequest(*request, call->request()); !s.ok()) {
-    core_->metrics->none()->outcomes[static_cast<int>(RouterOutcome::kInvalid)]->Increment();
-    reactor->Finish(s);
-    delete call;
-    return reactor;
+  auto* call = new EmbedForward(core_, context, response);
+  grpc::Status s = CheckApiKey(*context, core_->api_key);
+  if (s.ok() && core_->draining.load())
+    s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "router is draining");
+  if (s.ok()) s = ParseRequest(*request, call->request());
+  if (!s.ok()) {
+    if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      core_->metrics->none()->outcomes[static_cast<int>(RouterOutcome::kInvalid)]->Increment();
+    call->Finish(s);
+    return call;
   }
   call->Attempt(grpc::Status::OK);
-  return reactor;
+  return call;
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* RouterService::Generate(

@@ -9,7 +9,12 @@ Cases:
                       cosine >= 0.998 and relative L2 error <= 0.06 unnormalized over gRPC, each
                       nearer its own golden than any other text's; the official `openai` client
                       gets unit vectors (base64 by default) equal to "float"'s, token counts
-                      from the same tokenization; generation runs beside embeddings
+                      from the same tokenization; generation runs beside embeddings; 2048
+                      inputs in one HTTP call (a response over gRPC's default 4 MiB)
+  drain_and_cancel    stories260K: SIGTERM in the middle of a long call lets it finish (every
+                      input embedded, exit 0); a client that cancels a call through the router
+                      stops the worker's inputs (nothing left running long before the call
+                      could have ended)
   bad_requests        stories260K: each bad request is INVALID_ARGUMENT (HTTP 400) naming the
                       field, including malformed UTF-8 in one input; a call of 300 inputs on a
                       worker whose batch is 4 and queue 2 succeeds; a deadline ends a long call
@@ -19,8 +24,11 @@ import base64
 import concurrent.futures
 import json
 import os
+import signal
 import struct
 import sys
+import threading
+import time
 
 import grpc
 import numpy as np
@@ -127,6 +135,55 @@ class EmbeddingsTest(cl.ClusterCase):
         self.assertGreaterEqual(cl.metric(r.metrics(), "tinyserve_http_requests_total",
                                           route="embeddings", code="200") or 0, 3)
 
+        # The most inputs a call takes: 2048 x 576 floats, over gRPC's default message limit.
+        words = [f"word {i}" for i in range(2048)]
+        status, body = post(r.http_port, "/v1/embeddings",
+                            {"input": words, "encoding_format": "base64"}, timeout=300)
+        self.assertEqual(status, 200, str(body)[:300])
+        self.assertEqual(len(body["data"]), 2048)
+        self.assertEqual(len(base64.b64decode(body["data"][-1]["embedding"])), 576 * 4)
+
+    def test_drain_and_cancel(self):
+        S = ct.S = cl.stubs()
+        # One input at a time, in chunks of 16 tokens, no prefix cache: a call of many long
+        # inputs takes seconds.
+        many = S.pb.EmbedRequest(inputs=[S.pb.EmbedInput(text="Once upon a time " * 80 + str(i))
+                                         for i in range(300)])
+        w = self.cluster.worker("--max-batch", "1", "--max-step-tokens", "16", "--no-prefix-caching",
+                                "--drain-timeout", "120")
+        out = {}
+
+        def call():
+            start = time.monotonic()
+            out["resp"] = embed(w.address, many, timeout=120)
+            out["seconds"], out["end"] = time.monotonic() - start, time.monotonic()
+        t = threading.Thread(target=call)
+        t.start()
+        time.sleep(0.5)
+        w.kill(signal.SIGTERM)
+        sigterm = time.monotonic()
+        t.join(120)
+        self.assertIn("resp", out, "the call failed under the drain")
+        self.assertEqual(len(out["resp"].embeddings), 300)
+        self.assertGreater(out["end"] - sigterm, 0.5, "the call ended before the drain began")
+        self.assertEqual(w.wait(timeout=30), 0)
+        whole = out["seconds"]
+
+        w = self.cluster.worker("--max-batch", "1", "--max-step-tokens", "16", "--no-prefix-caching")
+        r = self.cluster.router([w])
+        with cl.channel(r.address) as ch:
+            call = S.grpc.TinyServeStub(ch).Embed.future(many, timeout=120)
+            time.sleep(0.3)
+            call.cancel()
+            cancelled = time.monotonic()
+
+            def stopped():
+                info = w.server_info()
+                return info is not None and info.running == 0 and info.kv_pages_used == 0
+            self.assertTrue(cl.wait_for(stopped, 30), w.server_info())
+            self.assertLess(time.monotonic() - cancelled, whole / 2,
+                            "the worker kept embedding after the client cancelled")
+
     def test_bad_requests(self):
         S = ct.S = cl.stubs()
         w = self.cluster.worker("--max-batch", "4", "--max-queue", "2")
@@ -136,6 +193,7 @@ class EmbeddingsTest(cl.ClusterCase):
             status, out = post(r.http_port, "/v1/embeddings", body)
             self.assertEqual(status, 400, f"{body}: {out}")
             self.assertIn(field, out["error"]["message"], body)
+            self.assertEqual(out["error"]["param"], field, body)
 
         bad_http({}, "input")
         bad_http({"input": []}, "input")
@@ -147,8 +205,8 @@ class EmbeddingsTest(cl.ClusterCase):
         bad_http({"input": "a", "dimensions": 8}, "dimensions")
         bad_http({"input": "a", "pooling": "cls"}, "pooling")
         bad_http({"input": "a", "normalize": "yes"}, "normalize")
-        bad_http({"input": ["a", "x" * 3000]}, "inputs[1]")  # past the 512-token context
-        bad_http({"input": [[1, 100000]]}, "inputs[0].token_ids.ids[1]")
+        bad_http({"input": ["a", "x" * 3000]}, "input[1]")  # past the 512-token context
+        bad_http({"input": [[1, 100000]]}, "input[0][1]")
 
         def bad_rpc(req, field):
             code, details = rpc_error(r.address, req)

@@ -565,25 +565,25 @@ bool Engine::Impl::Step() {
   const double now = NowSeconds();
   // 1. Aborts and deadlines.
   std::vector<std::string> to_abort;
+  std::vector<std::pair<std::unique_ptr<Sequence>, FinishReason>> leaving;
   {
     std::lock_guard<std::mutex> lock(mu);
     to_abort.swap(aborts);
-    // Queued requests past their deadline or aborted leave without touching the cache.
+    // Queued requests past their deadline or aborted leave without touching the cache (finished
+    // after the lock: a sink may Submit).
     for (auto it = waiting.begin(); it != waiting.end();) {
       auto& s = *it;
       const bool ab = std::find(to_abort.begin(), to_abort.end(), s->req.request_id) != to_abort.end();
       const bool late = s->req.deadline > 0 && now > s->req.deadline;
       if (ab || late || stop) {
-        auto owned = std::move(s);
+        leaving.emplace_back(std::move(s), late ? FinishReason::kDeadline : FinishReason::kAbort);
         it = waiting.erase(it);
-        mu.unlock();
-        Finish(owned, late ? FinishReason::kDeadline : FinishReason::kAbort, absl::OkStatus());
-        mu.lock();
       } else {
         ++it;
       }
     }
   }
+  for (auto& [s, reason] : leaving) Finish(s, reason, absl::OkStatus());
   bool stopping;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -1168,7 +1168,8 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   s->sink = std::move(sink);
   {
     std::lock_guard<std::mutex> lock(m.mu);
-    if (m.draining || m.stop) return absl::UnavailableError("the worker is draining");
+    if ((m.draining && !s->req.continues_call) || m.stop)
+      return absl::UnavailableError("the worker is draining");
     if (!m.tp_status.ok()) return m.tp_status;
     if (static_cast<int>(m.waiting.size()) >= m.opts.max_queue && !s->internal)
       return absl::ResourceExhaustedError(

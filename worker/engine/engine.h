@@ -150,6 +150,9 @@ struct GenerateRequest {
   // final norm are pooled (RequestSink::OnEmbedding); nothing is generated and sampling is
   // ignored. kMean computes every prompt token (no prefix-cache reuse). CPU runner.
   Pooling pooling = Pooling::kNone;
+  // A later part of a call accepted before a drain began (an Embed call's further inputs):
+  // admitted while draining, so the call can finish.
+  bool continues_call = false;
 };
 
 // Engine-wide counters and gauges, read by metrics and by the router's load reports.

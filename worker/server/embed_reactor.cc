@@ -93,11 +93,16 @@ void EmbedJob::SubmitMore() {
     const size_t i = next_++;
     GenerateRequest r = inputs_[i];
     r.request_id = EngineId(i);
+    r.continues_call = i > 0;  // the call was accepted: a drain lets it finish
     running_.push_back(i);
     const absl::Status s =
         state_->engine->Submit(std::move(r), std::make_shared<EmbedSink>(shared_from_this(), i));
     if (!s.ok()) {
       running_.pop_back();
+      if (absl::IsResourceExhausted(s) && !running_.empty()) {
+        --next_;  // the queue filled with other traffic: again when one of ours finishes
+        return;
+      }
       grpc::Status g = ToGrpcStatus(s);
       if (g.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
         g = grpc::Status(g.error_code(), absl::StrCat("inputs[", i, "]: ", g.error_message()));

@@ -4,8 +4,10 @@
 // at a time so a large call neither fills the queue nor waits behind itself; the last result
 // finishes the call.
 //
-// Errors: a bad request is INVALID_ARGUMENT naming the field; an input the engine refuses
-// (too long, the queue full) ends the call with that status and aborts the inputs still running.
+// Errors: a bad request is INVALID_ARGUMENT naming the field; an input the engine refuses (too
+// long; the queue full while none of the call's inputs runs) ends the call with that status and
+// aborts the inputs still running. A full queue with some of them running waits for one to end;
+// a drain that begins mid-call lets the call finish.
 // Cancellation and the deadline abort the running inputs, whose pages the engine frees.
 // Lifetime: created by TinyServeService::Embed, deletes itself in OnDone. The engine's sinks
 // share the call's state (EmbedJob), never the reactor, which the job finishes exactly once.

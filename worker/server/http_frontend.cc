@@ -293,8 +293,10 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::StartFor(
     grpc::Server* server, const HttpFrontendOptions& options, prometheus::Registry* registry,
     std::shared_ptr<prometheus::Collectable> metrics) {
   if (options.port == 0) return std::unique_ptr<HttpFrontend>();
-  return Start(options, server->InProcessChannel(grpc::ChannelArguments()), registry,
-               std::move(metrics));
+  // Responses of any size come back (an embeddings call of 2048 inputs is over gRPC's 4 MiB).
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  return Start(options, server->InProcessChannel(args), registry, std::move(metrics));
 }
 
 HttpFrontend::~HttpFrontend() { Stop(); }
@@ -553,7 +555,17 @@ int HttpFrontend::Embeddings(mg_connection* conn, const std::string& body) {
       if (sock >= 0 && PeerClosed(sock)) ctx.TryCancel();
     }
   }
-  if (!status->ok()) return SendError(conn, *status);
+  if (!status->ok()) {
+    // The gRPC field "inputs[i].token_ids.ids[j]" is the JSON field "input[i][j]".
+    std::string message = status->error_message();
+    if (status->error_code() != grpc::StatusCode::INVALID_ARGUMENT ||
+        message.rfind("inputs", 0) != 0)
+      return SendError(conn, *status);
+    message.erase(5, 1);
+    if (size_t at = message.find(".token_ids.ids"); at != std::string::npos) message.erase(at, 14);
+    const std::string param = message.substr(0, message.find_first_of(": "));
+    return SendError(conn, grpc::Status(status->error_code(), message), param);
+  }
   const std::string name = req->lora_adapter().empty() ? model->name : req->lora_adapter();
   return SendBody(conn, 200, Dump(openai::EmbeddingsResponse(resp, name, base64)));
 }
