@@ -120,6 +120,22 @@ class TensorParallelClusterTest(cl.ClusterCase):
         self.assertNotEqual(want[0].ids, want[2].ids)  # the adapter changes the output
         self.assertNotEqual(want[2].ids, want[4].ids)
 
+        # Embeddings (rank 0 pools the all-reduced hidden states), base and adapter, both
+        # poolings: the group's equal TP 1's to rounding.
+        S = ct.S
+        for adapter in ("", "all-r8"):
+            for pooling in (S.pb.POOLING_LAST, S.pb.POOLING_MEAN):
+                req = S.pb.EmbedRequest(inputs=[S.pb.EmbedInput(text=p) for p in ct.PROMPTS[:4]],
+                                        pooling=pooling, lora_adapter=adapter)
+                out = []
+                for w in (tp1, tp2):
+                    with cl.channel(w.address) as ch:
+                        out.append(S.grpc.TinyServeStub(ch).Embed(req, timeout=60).embeddings)
+                for a, b in zip(*out):
+                    a, b = list(a.values), list(b.values)
+                    err = max(abs(x - y) for x, y in zip(a, b)) / max(abs(x) for x in a)
+                    self.assertLess(err, 1e-3, f"adapter {adapter!r}, pooling {pooling}")
+
 
 if __name__ == "__main__":
     ct.S = cl.stubs()
