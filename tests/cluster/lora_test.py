@@ -13,7 +13,8 @@ Cases:
   bad_adapters        stories260K: a worker given a missing file, a model instead of an adapter
                       or one name twice exits non-zero naming it; an unknown lora_adapter is
                       INVALID_ARGUMENT naming the field and an unknown "model" a 404 once
-                      adapters are loaded (any "model" is served by the base without them)
+                      adapters are loaded (any "model" is served by the base without them);
+                      --served-model-name renames the base model
 """
 import concurrent.futures
 import hashlib
@@ -193,6 +194,26 @@ class LoraTest(cl.ClusterCase):
         # An adapter may not take the served model's name (requests naming it get the base).
         base_name = get(r2.http_port, "/v1/models")["data"][0]["id"]
         w = self.cluster.worker("--lora", f"{base_name}={paths['attn-r4']}", ready=False)
+        self.assertNotEqual(w.wait(timeout=60), 0)
+        with open(os.path.join(self.cluster.log_dir, f"worker-{w.port}.log")) as f:
+            self.assertIn("is the served model's name", f.read())
+        # --served-model-name renames the base model everywhere: /v1/models, GetModelInfo,
+        # "model" (its old name is now unknown), and the adapter-name check.
+        w = self.cluster.worker("--served-model-name", "smol", "--lora", good)
+        r3 = self.cluster.router([w])
+        self.assertEqual([m["id"] for m in get(r3.http_port, "/v1/models")["data"]],
+                         ["smol", "tiny"])
+        status, body = post(r3.http_port, "/v1/completions",
+                            {"model": "smol", "prompt": "Once", "max_tokens": 2})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["model"], "smol")
+        status, body = post(r3.http_port, "/v1/completions",
+                            {"model": base_name, "prompt": "Once", "max_tokens": 2})
+        self.assertEqual(status, 404, body)
+        build = [l for l in w.metrics().splitlines() if l.startswith("tinyserve_build_info{")]
+        self.assertEqual(len(build), 1)
+        self.assertIn('model="smol"', build[0])
+        w = self.cluster.worker("--served-model-name", "tiny", "--lora", good, ready=False)
         self.assertNotEqual(w.wait(timeout=60), 0)
         with open(os.path.join(self.cluster.log_dir, f"worker-{w.port}.log")) as f:
             self.assertIn("is the served model's name", f.read())

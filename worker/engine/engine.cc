@@ -124,6 +124,7 @@ class Engine::Impl {
   const ModelConfig& model() const { return source->config(); }
   std::unique_ptr<PagePool> pages;
   int max_context = 0;
+  std::string served_name;  // Engine::served_name
   EngineObserver* observer = nullptr;
 
   mutable std::mutex mu;
@@ -1008,6 +1009,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   }
   impl->pool = std::make_unique<ThreadPool>(options.threads);
   const ModelConfig& mc = impl->source->config();
+  impl->served_name = !options.served_model_name.empty() ? options.served_model_name
+                      : !mc.name.empty()                 ? mc.name
+                                                         : options.model_path;
   impl->max_context = options.max_context > 0 ? std::min(options.max_context, mc.max_context)
                                               : mc.max_context;
   if (options.tp_size != 1) {
@@ -1056,10 +1060,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     ro.max_positions = impl->max_context;
     TS_ASSIGN_OR_RETURN(impl->runner, TransformerRunner::Create(*impl->source, ro));
     TS_ASSIGN_OR_RETURN(impl->loras, AddLoras(options.loras, impl->runner.get()));
-    // The name the APIs serve the base model by (GetModelInfo: the model's name, else its path).
-    const std::string& served = mc.name.empty() ? options.model_path : mc.name;
     for (const LoraInfo& l : impl->loras)
-      if (l.name == served)
+      if (l.name == impl->served_name)
         return absl::InvalidArgumentError(absl::StrCat(
             "--lora: adapter name '", l.name, "' is the served model's name (pick another)"));
     KvCacheConfig probe = impl->runner->MakeKvConfig(options.page_size, 1);
@@ -1249,6 +1251,7 @@ const ModelConfig& Engine::model_config() const { return impl_->model(); }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
 const EngineOptions& Engine::options() const { return impl_->opts; }
 int Engine::max_context() const { return impl_->max_context; }
+const std::string& Engine::served_name() const { return impl_->served_name; }
 const std::vector<LoraInfo>& Engine::loras() const { return impl_->loras; }
 
 namespace {

@@ -35,6 +35,9 @@ class WeightSource;
 
 struct EngineOptions {
   std::string model_path;
+  // The name the APIs serve the model by (vLLM's --served-model-name): ModelInfo.name, the
+  // OpenAI "model", the metrics' model label. Empty: the model's own name, else its path.
+  std::string served_model_name;
   int threads = 1;
   int page_size = 16;
   int64_t kv_pages = 0;          // 0: sized from kv_memory_mb
@@ -216,6 +219,8 @@ class Engine {
   const Tokenizer& tokenizer() const;
   const EngineOptions& options() const;
   int max_context() const;
+  // EngineOptions::served_model_name, or the model's own name, or its path.
+  const std::string& served_name() const;
   // The loaded LoRA adapters, in EngineOptions::loras order (GenerateRequest::lora - 1).
   const std::vector<LoraInfo>& loras() const;
   // A one-token forward on a scratch sequence: the deep health probe.

@@ -41,10 +41,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
                << " s";
 
   Engine* e = w->engine_.get();
-  w->metrics_ = std::make_unique<WorkerMetrics>(
-      TINYSERVE_VERSION, e->model_config().name.empty() ? options.engine.model_path
-                                                        : e->model_config().name,
-      options.engine.device, [e] { return e->Stats(); });
+  w->metrics_ = std::make_unique<WorkerMetrics>(TINYSERVE_VERSION, e->served_name(),
+                                                options.engine.device, [e] { return e->Stats(); });
   w->metrics_->SetReady(false);
   w->metrics_->DeclareLoras(e->loras());
   if (w->tracer_ != nullptr) w->tracer_->BindMetrics(w->metrics_->registry());

@@ -107,7 +107,7 @@ grpc::ServerUnaryReactor* TinyServeService::GetModelInfo(grpc::CallbackServerCon
   }
   const Engine& engine = *state_->engine;
   const ModelConfig& c = engine.model_config();
-  response->set_name(SanitizeUtf8(c.name));
+  response->set_name(SanitizeUtf8(engine.served_name()));
   response->set_path(SanitizeUtf8(state_->model_path));
   response->set_arch(ArchName(c.arch));
   response->set_vocab_size(engine.tokenizer().vocab_size());
