@@ -102,6 +102,8 @@ struct DeviceModel::Impl {
 
   // Activations.
   void *x, *h, *qkv, *attn, *tmp, *gu, *act, *hsel;
+  void* hidden_dev = nullptr;   // embeddings: the asked-for rows of h, gathered
+  void* hidden_host = nullptr;  // pinned
   float* logits_dev = nullptr;
   float* logits_host = nullptr;  // pinned
   void* workspace = nullptr;
@@ -110,7 +112,7 @@ struct DeviceModel::Impl {
   // Per-step integers: one pinned host block mirrored by one device block.
   struct StepLayout {
     size_t ids, positions, new_indptr, seq_lens, page_indptr, page_indices, q_indptr, logit_rows,
-        total;
+        hidden_rows, total;
   } sl{};
   int32_t* step_host = nullptr;
   int32_t* step_dev = nullptr;
@@ -158,7 +160,8 @@ struct DeviceModel::Impl {
   }
 
   bool Init(std::string* error);
-  bool Run(const std::vector<DeviceSeq>& batch, std::vector<float>* logits, std::string* error);
+  bool Run(const std::vector<DeviceSeq>& batch, std::vector<float>* logits, std::string* error,
+           std::vector<float>* hidden);
   // Enqueues the whole step on `stream` (no host synchronisation unless tiered).
   cudaError_t Enqueue(const StepPlan& plan, std::string* where);
   cudaError_t DecodeAttention(int layer, const DecodeGroup& g, const StepPlan& plan,
@@ -267,6 +270,7 @@ bool DeviceModel::Impl::Init(std::string* error) {
        Alloc(&qkv, M * qkv_dim * elt, error) && Alloc(&attn, M * qdim * elt, error) &&
        Alloc(&tmp, M * D * elt, error) && Alloc(&gu, M * 2 * F * elt, error) &&
        Alloc(&act, M * F * elt, error) && Alloc(&hsel, M * D * elt, error) &&
+       Alloc(&hidden_dev, M * D * elt, error) && AllocHost(&hidden_host, M * D * elt, 0, error) &&
        Alloc(reinterpret_cast<void**>(&logits_dev), M * V * sizeof(float), error) &&
        AllocHost(reinterpret_cast<void**>(&logits_host), M * V * sizeof(float), 0, error);
   if (!ok) return false;
@@ -287,6 +291,7 @@ bool DeviceModel::Impl::Init(std::string* error) {
   sl.page_indices = take(B * W);
   sl.q_indptr = take(B + 1);
   sl.logit_rows = take(M);
+  sl.hidden_rows = take(M);
   sl.total = off;
   ok = AllocHost(reinterpret_cast<void**>(&step_host), off * 4, 0, error) &&
        Alloc(reinterpret_cast<void**>(&step_dev), off * 4, error);
@@ -577,7 +582,7 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
 }
 
 bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<float>* logits,
-                            std::string* error) {
+                            std::string* error, std::vector<float>* hidden) {
   stats = DeviceStepStats();
   // The device is per host thread; Forward may run on another thread than Create.
   if (cudaError_t e = cudaSetDevice(c.device); e != cudaSuccess) {
@@ -620,6 +625,7 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
   put(sl.page_indices, plan.page_indices);
   put(sl.q_indptr, plan.q_indptr);
   put(sl.logit_rows, plan.logit_rows);
+  put(sl.hidden_rows, plan.hidden_rows);
   for (auto& L : layers)
     if (L.residency) L.residency->Invalidate(plan.written);
 
@@ -661,12 +667,31 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
   } else {
     e = Enqueue(plan, &where);
   }
+  // Embeddings: the final-normed rows asked for, gathered and copied back after the step (never
+  // part of a captured graph).
+  const int n_hidden = static_cast<int>(plan.hidden_rows.size());
+  if (e == cudaSuccess && n_hidden > 0 && hidden != nullptr) {
+    LaunchKernel(GatherRowsKernel, n_hidden, 128, 0, stream, static_cast<const uint4*>(h),
+                 step_dev + sl.hidden_rows, static_cast<uint4*>(hidden_dev),
+                 c.dim * static_cast<int>(elt) / 16);
+    e = cudaGetLastError();
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(hidden_host, hidden_dev, size_t(n_hidden) * c.dim * elt,
+                          cudaMemcpyDeviceToHost, stream);
+    where = "hidden rows";
+  }
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) {
     *error = CudaError(where.c_str(), e);
     return false;
   }
   logits->assign(logits_host, logits_host + size_t(n_logit_rows) * c.vocab);
+  if (hidden != nullptr) {
+    hidden->resize(size_t(n_hidden) * c.dim);
+    for (size_t i = 0; i < hidden->size(); ++i)
+      (*hidden)[i] = dt == DType::kBF16 ? ToF32(static_cast<const __nv_bfloat16*>(hidden_host)[i])
+                                        : ToF32(static_cast<const __half*>(hidden_host)[i]);
+  }
   // Selection statistics, per decode sequence.
   stats.seqs.assign(n_seq, DeviceSeqStats());
   const int64_t tok_bytes = 2 * int64_t{c.head_dim} * int64_t(elt);  // K + V, one head
@@ -846,8 +871,8 @@ bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64
 }
 
 bool DeviceModel::Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits,
-                          std::string* error) {
-  return impl_->Run(batch, logits, error);
+                          std::string* error, std::vector<float>* hidden) {
+  return impl_->Run(batch, logits, error, hidden);
 }
 
 bool DeviceModel::FillKvRandom(const int32_t* pages, int n_pages, int64_t n_tokens, uint64_t seed,

@@ -87,6 +87,7 @@ struct DeviceSeq {
   const int32_t* pages = nullptr;   // physical pages covering [0, start_pos + n)
   int n_pages = 0;
   bool all_logits = false;          // logits for every new token, else the last only
+  bool hidden = false;              // return its rows' hidden states (Forward's *hidden)
   DeviceAttention attention;        // used when n == 1
 };
 
@@ -126,9 +127,11 @@ class DeviceModel {
   bool SetWeight(WeightSlot slot, int layer, const float* data, int64_t count,
                  std::string* error);
   // Runs the batch; logits rows in batch order (n rows for all_logits sequences, else 1),
-  // [rows][vocab]. False (and *error) on bad input or a CUDA failure.
-  bool Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits,
-               std::string* error);
+  // [rows][vocab]; with `hidden`, the final-normed hidden states of every row of the sequences
+  // that ask (DeviceSeq::hidden), in batch order, [rows][hidden size] (embeddings). False (and
+  // *error) on bad input or a CUDA failure.
+  bool Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits, std::string* error,
+               std::vector<float>* hidden = nullptr);
   const DeviceStepStats& last_stats() const;
   // For benchmarks: fills positions [0, n_tokens) of the sequence owning `pages` (as a Forward
   // would take them) with random keys and values, uniform in [-1, 1) from `seed`, in every

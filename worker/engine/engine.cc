@@ -209,7 +209,6 @@ absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
     return absl::InvalidArgumentError(absl::StrCat("continuation: ", r.continuation_ids.size(),
                                                    " tokens leave nothing to generate"));
   if (r.pooling != Pooling::kNone) {
-    if (cuda) return absl::InvalidArgumentError("pooling: embeddings need --device cpu");
     if (!r.continuation_ids.empty())
       return absl::InvalidArgumentError("continuation: an embedding request generates nothing");
   }

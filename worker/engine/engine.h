@@ -151,7 +151,7 @@ struct GenerateRequest {
   int lora = 0;
   // Not kNone: an embedding request. The prompt is prefilled and its hidden states after the
   // final norm are pooled (RequestSink::OnEmbedding); nothing is generated and sampling is
-  // ignored. kMean computes every prompt token (no prefix-cache reuse). CPU runner.
+  // ignored. kMean computes every prompt token (no prefix-cache reuse). CPU and CUDA runners.
   Pooling pooling = Pooling::kNone;
   // A later part of a call accepted before a drain began (an Embed call's further inputs):
   // admitted while draining, so the call can finish.

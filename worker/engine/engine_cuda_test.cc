@@ -1,9 +1,11 @@
 // The engine on the CUDA backend (--device cuda) end to end: greedy tokens against the CPU engine,
-// batching, quest, the tiered KV cache, prefix caching and preemption, page accounting. The model
+// batching, quest, the tiered KV cache, prefix caching and preemption, page accounting,
+// embeddings. The model
 // is a random Llama with head_dim 64 (the CUDA kernels take 64 or 128; stories260K has 8) made by
 // scripts/make_tp_bench_model.py as the CTest fixture cuda_test_model ($TINYSERVE_CUDA_TEST_MODEL).
 // Built twice: engine_cuda_test on the real backend (skips without a GPU) and
 // emu_engine_cuda_test on the CPU emulator of CUDA (kernels/cuda/emu), which runs in CI.
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 
@@ -140,6 +142,59 @@ TEST(EngineCuda, PrefixCacheAndPreemptionKeepTheTokens) {
   }
   EXPECT_GT(tight->Stats().preemptions_total, 0);
   EXPECT_EQ(tight->Stats().kv_pages_used, 0);
+}
+
+// Embeddings (GenerateRequest::pooling) on the GPU against the CPU engine's: the final-normed
+// hidden rows come back from the device and are pooled as the CPU runner pools them, over one
+// prefill or chunks of 7 tokens (mean sums across chunks), batched with each other.
+TEST(EngineCuda, EmbeddingsMatchTheCpuEngine) {
+  EngineOptions o = Options();
+  MAKE_OR_SKIP(e, o);
+  EngineOptions cpu_options = Options();
+  cpu_options.device = "cpu";
+  EngineOptions chunked = o;
+  chunked.max_step_tokens = 7;
+  MAKE_OR_SKIP(ce, chunked);
+  auto cpu = Engine::Create(cpu_options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  std::vector<GenerateRequest> reqs;
+  for (const std::string& p : kPrompts)
+    for (Pooling pooling : {Pooling::kLast, Pooling::kMean}) {
+      GenerateRequest r;
+      r.request_id = p + (pooling == Pooling::kLast ? "/last" : "/mean");
+      r.prompt_ids = e->tokenizer().Encode(engine_testing::kSharedPrefix + " " + p, false, true);
+      r.pooling = pooling;
+      reqs.push_back(r);
+    }
+  auto run = [&](Engine& engine) {
+    std::vector<std::shared_ptr<engine_testing::EmbedSink>> sinks;
+    for (const GenerateRequest& r : reqs) {
+      sinks.push_back(std::make_shared<engine_testing::EmbedSink>());
+      EXPECT_TRUE(engine.Submit(r, sinks.back()).ok());
+    }
+    engine.RunUntilIdle();
+    EXPECT_EQ(engine.Stats().kv_pages_used, 0);
+    return sinks;
+  };
+  const auto want = run(**cpu);
+  for (Engine* engine : {e.get(), ce.get()}) {
+    const auto got = run(*engine);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_EQ(got[i]->embeddings, 1) << reqs[i].request_id;
+      const std::vector<float>&a = got[i]->values, &b = want[i]->values;
+      ASSERT_EQ(a.size(), b.size());
+      double dot = 0, na = 0, nb = 0, diff = 0;
+      for (size_t d = 0; d < a.size(); ++d) {
+        dot += double(a[d]) * b[d];
+        na += double(a[d]) * a[d];
+        nb += double(b[d]) * b[d];
+        diff += (double(a[d]) - b[d]) * (double(a[d]) - b[d]);
+      }
+      // f16 activations against f32: a few parts in a thousand.
+      EXPECT_GT(dot / std::sqrt(na * nb), 0.999) << reqs[i].request_id;
+      EXPECT_LT(std::sqrt(diff / nb), 0.03) << reqs[i].request_id;
+    }
+  }
 }
 
 }  // namespace

@@ -14,17 +14,8 @@ namespace tinyserve {
 namespace {
 
 using engine_testing::CollectSink;
+using engine_testing::EmbedSink;
 using engine_testing::Greedy;
-
-class EmbedSink : public CollectSink {
- public:
-  void OnEmbedding(const std::vector<float>& v) override {
-    values = v;
-    embeddings++;
-  }
-  std::vector<float> values;
-  int embeddings = 0;
-};
 
 EngineOptions Options() { return engine_testing::Stories260kOptions(); }
 

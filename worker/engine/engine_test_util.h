@@ -62,6 +62,17 @@ class CollectSink : public RequestSink {
   int finished = 0;
 };
 
+// Also keeps an embedding request's vector (GenerateRequest::pooling).
+class EmbedSink : public CollectSink {
+ public:
+  void OnEmbedding(const std::vector<float>& v) override {
+    values = v;
+    embeddings++;
+  }
+  std::vector<float> values;
+  int embeddings = 0;
+};
+
 inline GenerateRequest Greedy(const Engine& e, const std::string& text, int max_tokens,
                               bool ignore_eos = false) {
   GenerateRequest r;

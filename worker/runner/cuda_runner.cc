@@ -31,6 +31,7 @@ absl::Status ValidateCudaSelection(const SelectionSpec& spec) {
 struct CudaRunner::Impl {
   std::unique_ptr<cuda::DeviceModel> model;
   std::vector<cuda::DeviceSeq> seqs;
+  std::vector<float> hidden;  // embeddings: the pooled sequences' rows (DeviceModel::Forward)
 };
 
 CudaRunner::CudaRunner() : impl_(std::make_unique<Impl>()) {}
@@ -140,6 +141,7 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>& batch,
   std::vector<cuda::DeviceSeq>& seqs = impl_->seqs;
   seqs.resize(batch.size());
   const int ps = impl_->model->config().page_size;
+  bool any_hidden = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqInput& in = batch[i];
     if (in.pages == nullptr) return absl::InternalError("sequence without a page table");
@@ -150,6 +152,8 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>& batch,
     d.pages = in.pages->data();
     d.n_pages = static_cast<int>(in.pages->size());
     d.all_logits = in.all_logits;
+    d.hidden = in.pooling != Pooling::kNone && in.pooled != nullptr;
+    any_hidden = any_hidden || d.hidden;
     d.attention = cuda::DeviceAttention();
     const SelectionSpec* s = i < selection.size() ? selection[i] : nullptr;
     if (s != nullptr && s->policy == "quest") {
@@ -162,9 +166,24 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>& batch,
     }
   }
   std::string err;
-  if (!impl_->model->Forward(seqs, logits, &err)) {
+  if (!impl_->model->Forward(seqs, logits, &err, any_hidden ? &impl_->hidden : nullptr)) {
     // Bad shapes were checked by the engine; what is left is a device failure.
     return absl::InternalError(absl::StrCat("cuda forward: ", err));
+  }
+  if (any_hidden) {  // pool as TransformerRunner does: the last row, or the sum of the rows
+    const size_t D = static_cast<size_t>(impl_->model->config().dim);
+    const float* row = impl_->hidden.data();
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!seqs[i].hidden) continue;
+      float* pooled = batch[i].pooled;
+      if (batch[i].pooling == Pooling::kLast) {
+        std::copy(row + (batch[i].n - 1) * D, row + batch[i].n * D, pooled);
+      } else {
+        for (int t = 0; t < batch[i].n; ++t)
+          for (size_t d = 0; d < D; ++d) pooled[d] += row[t * D + d];
+      }
+      row += batch[i].n * D;
+    }
   }
   const cuda::DeviceStepStats& st = impl_->model->last_stats();
   totals_.steps++;
