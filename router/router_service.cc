@@ -3,7 +3,9 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "common/timer.h"
 #include "router/proxy_call.h"
 #include "worker/server/api_util.h"
@@ -221,6 +223,101 @@ grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* cont
                             });
   }
   return reactor;
+}
+
+namespace {
+
+// Sends one call to every registered worker and finishes with the first failure (naming the
+// worker), else OK; `ok_if` also counts as success when at least one worker succeeded (an
+// unload that some workers had already done). `call` issues the async call to one worker.
+template <typename Req, typename Resp>
+grpc::ServerUnaryReactor* ToEveryWorker(RouterCore* core, grpc::CallbackServerContext* context,
+                                        const Req* request, Resp* response, grpc::StatusCode ok_if,
+                                        void (*call)(Async*, grpc::ClientContext*, const Req*,
+                                                     Resp*, std::function<void(grpc::Status)>)) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status s = CheckApiKey(*context, core->api_key); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
+  const std::vector<WorkerPtr> workers = core->registry->Snapshot();
+  if (workers.empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker"));
+    return reactor;
+  }
+  struct FanOut {
+    std::mutex mu;
+    int pending = 0, ok = 0;
+    std::optional<grpc::Status> failure, tolerated;  // GUARDED_BY(mu)
+    Resp* response;
+    grpc::ServerUnaryReactor* reactor;
+  };
+  auto* fan = new FanOut;
+  fan->pending = static_cast<int>(workers.size());
+  fan->response = response;
+  fan->reactor = reactor;
+  for (const WorkerPtr& w : workers) {
+    struct One {
+      grpc::ClientContext context;
+      Resp response;
+      WorkerPtr worker;
+    };
+    auto* one = new One;
+    one->worker = w;
+    one->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    w->Prepare(&one->context);
+    call(w->api().async(), &one->context, request, &one->response,
+         [fan, one, ok_if](grpc::Status s) {
+           bool last;
+           {
+             std::lock_guard<std::mutex> lock(fan->mu);
+             const grpc::Status named(
+                 s.error_code(),
+                 absl::StrCat("worker ", one->worker->address(), ": ", s.error_message()));
+             if (s.ok()) {
+               if (fan->ok++ == 0) *fan->response = one->response;
+             } else if (s.error_code() == ok_if) {
+               if (!fan->tolerated) fan->tolerated = named;
+             } else if (!fan->failure) {
+               fan->failure = named;
+             }
+             last = --fan->pending == 0;
+           }
+           delete one;
+           if (!last) return;
+           grpc::Status result = grpc::Status::OK;
+           if (fan->failure) {
+             result = *fan->failure;
+           } else if (fan->ok == 0 && fan->tolerated) {
+             result = *fan->tolerated;
+           }
+           fan->reactor->Finish(result);
+           delete fan;
+         });
+  }
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* RouterService::LoadLoraAdapter(grpc::CallbackServerContext* context,
+                                                         const v1::LoadLoraAdapterRequest* request,
+                                                         v1::LoraAdapterInfo* response) {
+  return ToEveryWorker<v1::LoadLoraAdapterRequest, v1::LoraAdapterInfo>(
+      core_, context, request, response, grpc::StatusCode::OK,
+      [](Async* a, grpc::ClientContext* c, const v1::LoadLoraAdapterRequest* q,
+         v1::LoraAdapterInfo* r,
+         std::function<void(grpc::Status)> f) { a->LoadLoraAdapter(c, q, r, std::move(f)); });
+}
+
+grpc::ServerUnaryReactor* RouterService::UnloadLoraAdapter(
+    grpc::CallbackServerContext* context, const v1::UnloadLoraAdapterRequest* request,
+    v1::UnloadLoraAdapterResponse* response) {
+  return ToEveryWorker<v1::UnloadLoraAdapterRequest, v1::UnloadLoraAdapterResponse>(
+      core_, context, request, response, grpc::StatusCode::NOT_FOUND,
+      [](Async* a, grpc::ClientContext* c, const v1::UnloadLoraAdapterRequest* q,
+         v1::UnloadLoraAdapterResponse* r,
+         std::function<void(grpc::Status)> f) { a->UnloadLoraAdapter(c, q, r, std::move(f)); });
 }
 
 grpc::ServerUnaryReactor* RouterService::GetServerInfo(grpc::CallbackServerContext* context,

@@ -2,8 +2,9 @@
 // The public TinyServe API as the router serves it: Generate is proxied (proxy_call.h);
 // Tokenize, Detokenize and GetModelInfo are forwarded to a healthy worker (all workers serve
 // the same model); Embed goes to the least-loaded worker, and to another when that one is
-// unavailable or full; Abort goes to every healthy worker (the router does not track which
-// worker holds which id; unknown ids are ignored there); GetServerInfo is answered here.
+// unavailable or full; Load/UnloadLoraAdapter go to every worker; Abort goes to every healthy
+// worker (the router does not track which worker holds which id; unknown ids are ignored there);
+// GetServerInfo is answered here.
 //
 // Threading: handlers run on gRPC callback threads and never block (forwards use the async
 // client API and finish from its callback).
@@ -26,6 +27,13 @@ class RouterService final : public tinyserve::v1::TinyServe::WithRawCallbackMeth
   grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
                                   const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
+  // To every registered worker; the first failure (naming the worker) is the call's.
+  grpc::ServerUnaryReactor* LoadLoraAdapter(grpc::CallbackServerContext* context,
+                                            const tinyserve::v1::LoadLoraAdapterRequest* request,
+                                            tinyserve::v1::LoraAdapterInfo* response) override;
+  grpc::ServerUnaryReactor* UnloadLoraAdapter(
+      grpc::CallbackServerContext* context, const tinyserve::v1::UnloadLoraAdapterRequest* request,
+      tinyserve::v1::UnloadLoraAdapterResponse* response) override;
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
                                   const tinyserve::v1::AbortRequest* request,
                                   tinyserve::v1::AbortResponse* response) override;

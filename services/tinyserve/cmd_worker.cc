@@ -228,6 +228,9 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
                "calls (off: \"auto\" is refused)");
   RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port, &o.http_tls);
   RegisterTracingFlags(&flags, &o.tracing);
+  flags.Bool("allow-runtime-lora", &o.allow_runtime_lora,
+             "serve LoadLoraAdapter/UnloadLoraAdapter (/v1/load_lora_adapter): callers may make "
+             "the worker read adapter files");
   flags.String("served-model-name", &ef.options.served_model_name,
                "the name the APIs serve the model by (default: its own name)");
   flags.Int("max-queue", &ef.options.max_queue, "waiting requests before RESOURCE_EXHAUSTED");

@@ -15,6 +15,13 @@ Cases:
                       INVALID_ARGUMENT naming the field and an unknown "model" a 404 once
                       adapters are loaded (any "model" is served by the base without them);
                       --served-model-name renames the base model
+  runtime_load_and_unload
+                      stories260K: /v1/load_lora_adapter through a router loads an adapter on
+                      both workers (--allow-runtime-lora), which then give the tokens of a
+                      worker started with it; refusals name the problem (a name in use, a bad
+                      file or name, a worker that does not allow it); unloading lets a running
+                      request finish with it, then requests naming it are refused; it can be
+                      loaded again
 """
 import concurrent.futures
 import hashlib
@@ -217,6 +224,90 @@ class LoraTest(cl.ClusterCase):
         self.assertNotEqual(w.wait(timeout=60), 0)
         with open(os.path.join(self.cluster.log_dir, f"worker-{w.port}.log")) as f:
             self.assertIn("is the served model's name", f.read())
+
+    def test_runtime_load_and_unload(self):
+        S = ct.S
+        paths = self.make_adapters(self.cluster.model, ["all-r8"])
+        static = self.cluster.worker("--lora", f"tiny={paths['all-r8']}")
+        w1 = self.cluster.worker("--allow-runtime-lora")
+        w2 = self.cluster.worker("--allow-runtime-lora")
+        r = self.cluster.router([w1, w2])
+
+        def greedy(address, adapter, max_tokens=24):
+            req = ct.request("Once upon a time", max_tokens=max_tokens, ignore_eos=True)
+            req.lora_adapter = adapter
+            res = ct.generate(address, req, timeout=60)
+            self.assertEqual(res.code, grpc.StatusCode.OK, res.details)
+            return res.ids
+        want, base = greedy(static.address, "tiny"), greedy(static.address, "")
+        self.assertNotEqual(want, base)
+
+        def admin(route, body):
+            """A successful load/unload call: its plain-text answer (vLLM's)."""
+            req = urllib.request.Request(f"http://127.0.0.1:{r.http_port}/v1/{route}",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                self.assertEqual(resp.status, 200)
+                return resp.read().decode()
+
+        load = {"lora_name": "tiny", "lora_path": paths["all-r8"]}
+        self.assertEqual(admin("load_lora_adapter", load),
+                         "Success: LoRA adapter 'tiny' added successfully.")
+        models = get(r.http_port, "/v1/models")["data"]
+        self.assertEqual([m["id"] for m in models][1:], ["tiny"])
+        self.assertEqual(models[1]["root"], paths["all-r8"])
+        for w in (w1, w2):  # loaded on every worker: the same tokens as loaded at start
+            self.assertEqual(greedy(w.address, "tiny"), want)
+            self.assertEqual(greedy(w.address, ""), base)
+        status, body = post(r.http_port, "/v1/completions",
+                            {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 4})
+        self.assertEqual(status, 200, body)
+        # One greedy request per worker and the completion: counted per adapter.
+        self.assertEqual(sum(cl.metric(w.metrics(), "tinyserve_lora_requests_total",
+                                       adapter="tiny") or 0 for w in (w1, w2)), 3)
+        # Refusals, each naming the problem: a name in use, a missing file, an adapter for
+        # another model shape, a bad name, a worker that does not allow it.
+        for body, code, needle in [
+                (load, 409, "already loaded"),
+                ({"lora_name": "x", "lora_path": "/nonexistent/a.gguf"}, 404, "no such file"),
+                ({"lora_name": "x", "lora_path": self.cluster.model}, 400, "not a LoRA adapter"),
+                ({"lora_name": "-x", "lora_path": paths["all-r8"]}, 400, "lora_name"),
+                ({"lora_name": "x"}, 400, "lora_path")]:
+            status, out = post(r.http_port, "/v1/load_lora_adapter", body)
+            self.assertEqual(status, code, f"{body}: {out}")
+            self.assertIn(needle, out["error"]["message"], body)
+        with cl.channel(static.address) as ch:
+            with self.assertRaises(grpc.RpcError) as e:
+                S.grpc.TinyServeStub(ch).LoadLoraAdapter(
+                    S.pb.LoadLoraAdapterRequest(lora_name="y", lora_path=paths["all-r8"]),
+                    timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("--allow-runtime-lora", e.exception.details())
+
+        # Unload while a long request with the adapter streams: it finishes with the adapter;
+        # new requests cannot name it, and its weights go once it is done.
+        long_req = ct.request("Once upon a time", max_tokens=200, ignore_eos=True)
+        long_req.lora_adapter = "tiny"
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(ct.generate, w1.address, long_req, 60)
+            self.assertTrue(cl.wait_for(
+                lambda: (w1.server_info() or S.pb.ServerInfo()).running > 0, 10))
+            self.assertIn("removed", admin("unload_lora_adapter", {"lora_name": "tiny"}))
+            res = running.result()
+        self.assertEqual(res.code, grpc.StatusCode.OK, res.details)
+        self.assertEqual(res.ids[:24], want)
+        self.assertEqual([m["id"] for m in get(r.http_port, "/v1/models")["data"]][1:], [])
+        req = ct.request("Once upon a time", max_tokens=4)
+        req.lora_adapter = "tiny"
+        res = ct.generate(r.address, req)
+        self.assertEqual(res.code, grpc.StatusCode.INVALID_ARGUMENT, res.details)
+        status, body = post(r.http_port, "/v1/unload_lora_adapter", {"lora_name": "tiny"})
+        self.assertEqual(status, 404, body)
+        # Loaded again (a new id: cached pages of the old one are not reused), the same tokens.
+        admin("load_lora_adapter", load)
+        self.assertEqual(greedy(w2.address, "tiny"), want)
+        self.assertEqual(w1.server_info().kv_pages_used, 0)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,20 @@ class Engine::Impl {
   std::unique_ptr<TransformerRunner> runner;
   std::unique_ptr<PagedKvCache> kv;
   std::unique_ptr<CudaRunner> cuda;
-  std::vector<LoraInfo> loras;  // GenerateRequest::lora - 1
+  // GenerateRequest::lora - 1; an unloaded adapter keeps its slot with an empty name (ids are
+  // never reused, so cached pages salted by an id stay its own). GUARDED_BY(mu) once serving.
+  std::vector<LoraInfo> loras;
+  // Runtime LoRA loading (Engine::LoadLora): adapters read on the caller's thread, installed
+  // by the engine thread between steps. GUARDED_BY(mu).
+  struct LoraInstall {
+    TransformerRunner::PreparedLora weights;
+    LoraInfo info;
+    std::promise<int> id;
+  };
+  std::vector<std::unique_ptr<LoraInstall>> lora_installs;
+  std::vector<int> lora_unloaded;  // GUARDED_BY(mu) ids whose weights are to be freed
+  std::vector<int> lora_freeing;   // engine thread: those ids, freed once no sequence uses them
+  void ApplyLoraChanges();
   const ModelConfig& model() const { return source->config(); }
   std::unique_ptr<PagePool> pages;
   int max_context = 0;
@@ -187,9 +200,6 @@ class Engine::Impl {
 
 absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
   if (r.prompt_ids.empty()) return absl::InvalidArgumentError("prompt: empty prompt");
-  if (r.lora < 0 || r.lora > static_cast<int>(loras.size()))
-    return absl::InvalidArgumentError(
-        absl::StrCat("lora_adapter: id ", r.lora, " is out of range [0, ", loras.size(), "]"));
   const int vocab = model().vocab_size;
   for (int32_t id : r.prompt_ids)
     if (id < 0 || id >= vocab)
@@ -900,7 +910,7 @@ void Engine::Impl::Loop() {
       std::unique_lock<std::mutex> lock(mu);
       const auto has_work = [&] {
         return stop || !waiting.empty() || !aborts.empty() || !running.empty() ||
-               !local_waiting.empty();
+               !local_waiting.empty() || !lora_installs.empty() || !lora_unloaded.empty();
       };
       if (tp != nullptr && tp_status.ok()) {
         cv.wait_for(lock, std::chrono::duration<double>(opts.tp_heartbeat_seconds), has_work);
@@ -911,13 +921,54 @@ void Engine::Impl::Loop() {
     }
     // Tensor parallelism: no message for a heartbeat period -> prove the group is alive.
     if (tp != nullptr && NowSeconds() - tp_last_send >= opts.tp_heartbeat_seconds) TpHeartbeat();
+    ApplyLoraChanges();
     if (!Step()) {
       // Nothing runnable (e.g. waiting for pages that no one will free): avoid spinning.
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, std::chrono::milliseconds(5));
     }
   }
+  // Loads that came too late: their callers get an error, not a wait.
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& op : lora_installs) op->id.set_value(0);
+  lora_installs.clear();
   PublishStats();
+}
+
+void Engine::Impl::ApplyLoraChanges() {
+  std::vector<std::unique_ptr<LoraInstall>> installs;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    installs.swap(lora_installs);
+    lora_freeing.insert(lora_freeing.end(), lora_unloaded.begin(), lora_unloaded.end());
+    lora_unloaded.clear();
+  }
+  for (auto& op : installs) {
+    const int id = runner->InstallLora(std::move(op->weights));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      loras.push_back(std::move(op->info));
+    }
+    op->id.set_value(id);
+  }
+  if (lora_freeing.empty()) return;
+  // An unloaded adapter's weights go once no sequence (running, preempted or queued) uses it.
+  std::lock_guard<std::mutex> lock(mu);
+  auto uses = [](const auto& list, int id) {
+    return std::any_of(list.begin(), list.end(),
+                       [id](const auto& s) { return s && s->req.lora == id; });
+  };
+  auto used = [&](int id) {
+    return uses(running, id) || uses(local_waiting, id) || uses(waiting, id);
+  };
+  for (auto it = lora_freeing.begin(); it != lora_freeing.end();) {
+    if (used(*it)) {
+      ++it;
+    } else {
+      runner->RemoveLora(*it);
+      it = lora_freeing.erase(it);
+    }
+  }
 }
 
 absl::Status Engine::Impl::TpSend(const StepMessage& m) {
@@ -1171,6 +1222,10 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
     std::lock_guard<std::mutex> lock(m.mu);
     if ((m.draining && !s->req.continues_call) || m.stop)
       return absl::UnavailableError("the worker is draining");
+    if (s->req.lora < 0 || s->req.lora > static_cast<int>(m.loras.size()) ||
+        (s->req.lora > 0 && m.loras[s->req.lora - 1].name.empty()))
+      return absl::InvalidArgumentError(
+          absl::StrCat("lora_adapter: adapter ", s->req.lora, " is not loaded"));
     if (!m.tp_status.ok()) return m.tp_status;
     if (static_cast<int>(m.waiting.size()) >= m.opts.max_queue && !s->internal)
       return absl::ResourceExhaustedError(
@@ -1251,7 +1306,57 @@ const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
 const EngineOptions& Engine::options() const { return impl_->opts; }
 int Engine::max_context() const { return impl_->max_context; }
 const std::string& Engine::served_name() const { return impl_->served_name; }
-const std::vector<LoraInfo>& Engine::loras() const { return impl_->loras; }
+std::vector<LoraInfo> Engine::loras() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->loras;
+}
+
+absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string& path) {
+  Impl& m = *impl_;
+  if (m.runner == nullptr) return absl::FailedPreconditionError("LoRA adapters need --device cpu");
+  if (m.opts.tp_size != 1)
+    return absl::FailedPreconditionError(
+        "loading LoRA adapters at run time needs --tp-size 1 (give them with --lora)");
+  if (absl::Status s = CheckLoraName(name); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("lora_name: ", s.message()));
+  if (path.empty()) return absl::InvalidArgumentError("lora_path: empty");
+  if (name == m.served_name)
+    return absl::InvalidArgumentError(
+        absl::StrCat("lora_name: '", name, "' is the served model's name (pick another)"));
+  if (LoraId(loras(), name) != 0)
+    return absl::AlreadyExistsError(absl::StrCat("lora_name: '", name, "' is already loaded"));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraAdapter> a, LoraAdapter::Open(name, path, m.model()));
+  auto op = std::make_unique<Impl::LoraInstall>();
+  TS_ASSIGN_OR_RETURN(op->weights, m.runner->PrepareLora(*a));
+  op->info = {name, path, a->max_rank(), a->alpha(), static_cast<int>(a->num_pairs())};
+  std::future<int> id = op->id.get_future();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.stop) return absl::UnavailableError("the worker is stopping");
+    for (const auto& pending : m.lora_installs)
+      if (pending->info.name == name)
+        return absl::AlreadyExistsError(absl::StrCat("lora_name: '", name, "' is being loaded"));
+    m.lora_installs.push_back(std::move(op));
+  }
+  m.cv.notify_all();
+  const int got = id.get();
+  if (got == 0) return absl::UnavailableError("the worker stopped before loading it");
+  return got;
+}
+
+absl::Status Engine::UnloadLora(const std::string& name) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    const int id = name.empty() ? 0 : LoraId(m.loras, name);
+    if (id == 0)
+      return absl::NotFoundError(absl::StrCat("lora_name: no adapter named '", name, "'"));
+    m.loras[id - 1].name.clear();  // unknown to new requests from now on
+    m.lora_unloaded.push_back(id);
+  }
+  m.cv.notify_all();
+  return absl::OkStatus();
+}
 
 namespace {
 class ProbeSink : public RequestSink {

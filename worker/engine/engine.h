@@ -221,8 +221,17 @@ class Engine {
   int max_context() const;
   // EngineOptions::served_model_name, or the model's own name, or its path.
   const std::string& served_name() const;
-  // The loaded LoRA adapters, in EngineOptions::loras order (GenerateRequest::lora - 1).
-  const std::vector<LoraInfo>& loras() const;
+  // The LoRA adapters, by id (GenerateRequest::lora - 1): EngineOptions::loras, then those
+  // loaded at run time; an unloaded one keeps its slot with an empty name. A snapshot.
+  std::vector<LoraInfo> loras() const;
+  // Runtime LoRA loading (CPU runner, --tp-size 1; the worker's --allow-runtime-lora): reads
+  // the adapter on the caller's thread (a GGUF adapter or a PEFT folder, as --lora), then the
+  // engine thread adds it between steps; blocks until then. Errors name the problem:
+  // InvalidArgument (a bad name or file), AlreadyExists, FailedPrecondition. Returns its id.
+  absl::StatusOr<int> LoadLora(const std::string& name, const std::string& path);
+  // New requests can no longer name it; its weights are freed once no request uses it.
+  // NotFound when no adapter has that name.
+  absl::Status UnloadLora(const std::string& name);
   // A one-token forward on a scratch sequence: the deep health probe.
   absl::Status HealthProbe();
   // OK unless the tensor-parallel group failed (a collective error or timeout: a rank died).

@@ -199,6 +199,7 @@ uint64_t LoraDigest(const std::vector<LoraInfo>& loras) {
 }
 
 int LoraId(const std::vector<LoraInfo>& loras, const std::string& name) {
+  if (name.empty()) return 0;  // (an unloaded adapter's slot)
   for (size_t i = 0; i < loras.size(); ++i)
     if (loras[i].name == name) return static_cast<int>(i) + 1;
   return 0;
@@ -212,12 +213,18 @@ absl::Status ParseLoraFlag(const std::string& flag, std::string* name, std::stri
         "'"));
   *name = flag.substr(0, eq);
   *path = flag.substr(eq + 1);
-  const bool ok_chars = name->find_first_not_of(
+  if (absl::Status s = CheckLoraName(*name); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--lora: ", s.message()));
+  return absl::OkStatus();
+}
+
+absl::Status CheckLoraName(const std::string& name) {
+  const bool ok_chars = name.find_first_not_of(
                             "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                             "0123456789._:/-") == std::string::npos;
-  if (!ok_chars || name->size() > 64 || (*name)[0] == '.' || (*name)[0] == '-')
+  if (name.empty() || !ok_chars || name.size() > 64 || name[0] == '.' || name[0] == '-')
     return absl::InvalidArgumentError(absl::StrCat(
-        "--lora: adapter name '", *name,
+        "adapter name '", name.substr(0, 80),
         "' must be 1-64 characters of letters, digits and . _ : / - (not starting with . or -)"));
   return absl::OkStatus();
 }

@@ -114,5 +114,7 @@ int LoraId(const std::vector<LoraInfo>& loras, const std::string& name);
 // Parses "NAME=PATH" (the --lora flag; PATH a GGUF adapter or a PEFT folder). NAME: 1-64
 // characters of [A-Za-z0-9._:/-], not starting with '.' or '-'.
 absl::Status ParseLoraFlag(const std::string& flag, std::string* name, std::string* path);
+// InvalidArgument unless `name` is such a name.
+absl::Status CheckLoraName(const std::string& name);
 
 }  // namespace tinyserve

@@ -129,6 +129,21 @@ TransformerRunner::ShardRanges TransformerRunner::Shard() const {
 }
 
 absl::StatusOr<int> TransformerRunner::AddLora(const LoraAdapter& adapter) {
+  TS_ASSIGN_OR_RETURN(PreparedLora lora, PrepareLora(adapter));
+  return InstallLora(std::move(lora));
+}
+
+int TransformerRunner::InstallLora(PreparedLora lora) {
+  loras_.push_back(std::move(lora));
+  return static_cast<int>(loras_.size());
+}
+
+void TransformerRunner::RemoveLora(int id) {
+  if (id >= 1 && id <= num_loras()) PreparedLora().swap(loras_[id - 1]);
+}
+
+absl::StatusOr<TransformerRunner::PreparedLora> TransformerRunner::PrepareLora(
+    const LoraAdapter& adapter) const {
   const ModelConfig& c = config_;
   const auto [qd, kd, q0, q1, k0, k1, f0, f1] = Shard();
   const int64_t D = c.dim;
@@ -167,8 +182,7 @@ absl::StatusOr<int> TransformerRunner::AddLora(const LoraAdapter& adapter) {
     TS_ASSIGN_OR_RETURN(L.o, delta(Blk(i, "attn_output.weight"), 0, D, q0, q1));
     TS_ASSIGN_OR_RETURN(L.down, delta(Blk(i, "ffn_down.weight"), 0, D, f0, f1));
   }
-  loras_.push_back(std::move(layers));
-  return static_cast<int>(loras_.size());
+  return layers;
 }
 
 absl::StatusOr<std::unique_ptr<TransformerRunner>> TransformerRunner::Create(

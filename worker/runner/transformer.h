@@ -95,13 +95,6 @@ class TransformerRunner {
   absl::StatusOr<int> AddLora(const LoraAdapter& adapter);
   int num_loras() const { return static_cast<int>(loras_.size()); }
 
- private:
-  struct Layer {
-    std::vector<float> attn_norm_w, attn_norm_b, ffn_norm_w, ffn_norm_b;
-    Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
-    std::vector<float> bq, bk, bv, bo, b_up, b_down;  // empty when absent (or not this rank's)
-  };
-
   // One weight's update (this rank's rows or columns): a [r][in], and B transposed with the
   // scale folded in, bt [r][out], so that the update of a row is out += sum_j (a_j·x) bt_j, r
   // vector updates of length out; a.rows == 0: none.
@@ -111,6 +104,21 @@ class TransformerRunner {
   };
   struct LoraLayer {
     LoraDelta q, k, v, o, gate, up, down;
+  };
+  // Runtime loading, in two halves: PrepareLora reads and reshapes an adapter (the slow part;
+  // const, so it may run beside Forward on another thread), InstallLora adds it between
+  // Forwards and returns its id. RemoveLora frees an adapter's weights; its id is never given
+  // again, and no row may name it afterwards.
+  using PreparedLora = std::vector<LoraLayer>;  // [layer]
+  absl::StatusOr<PreparedLora> PrepareLora(const LoraAdapter& adapter) const;
+  int InstallLora(PreparedLora lora);
+  void RemoveLora(int id);
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm_w, attn_norm_b, ffn_norm_w, ffn_norm_b;
+    Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    std::vector<float> bq, bk, bv, bo, b_up, b_down;  // empty when absent (or not this rank's)
   };
 
   // This rank's slices: query rows [q0, q1) of qd, KV rows [k0, k1) of kd, MLP rows [f0, f1).

@@ -336,6 +336,9 @@ int HttpFrontend::Route(mg_connection* conn) {
       {"/v1/chat/completions", "POST", "chat_completions", false, &HttpFrontend::ChatCompletions},
       {"/v1/models", "GET", "models", false, &HttpFrontend::Models},
       {"/v1/embeddings", "POST", "embeddings", false, &HttpFrontend::Embeddings},
+      {"/v1/load_lora_adapter", "POST", "load_lora_adapter", false, &HttpFrontend::LoadLoraAdapter},
+      {"/v1/unload_lora_adapter", "POST", "unload_lora_adapter", false,
+       &HttpFrontend::UnloadLoraAdapter},
       {"/tokenize", "POST", "tokenize", false, &HttpFrontend::Tokenize},
       {"/detokenize", "POST", "detokenize", false, &HttpFrontend::Detokenize},
       {"/health", "GET", "health", true, &HttpFrontend::Health},
@@ -568,6 +571,57 @@ int HttpFrontend::Embeddings(mg_connection* conn, const std::string& body) {
   }
   const std::string name = req->lora_adapter().empty() ? model->name : req->lora_adapter();
   return SendBody(conn, 200, Dump(openai::EmbeddingsResponse(resp, name, base64)));
+}
+
+// vLLM's runtime LoRA routes: {"lora_name", "lora_path"} / {"lora_name"}; plain-text success.
+int HttpFrontend::LoadLoraAdapter(mg_connection* conn, const std::string& body) {
+  return LoraAdapterCall(conn, body, /*load=*/true);
+}
+
+int HttpFrontend::UnloadLoraAdapter(mg_connection* conn, const std::string& body) {
+  return LoraAdapterCall(conn, body, /*load=*/false);
+}
+
+int HttpFrontend::LoraAdapterCall(mg_connection* conn, const std::string& body, bool load) {
+  auto j = openai::ParseBody(body);
+  if (!j.ok()) return SendError(conn, j.status());
+  std::string fields[2];
+  const char* keys[2] = {"lora_name", "lora_path"};
+  for (int i = 0; i < (load ? 2 : 1); ++i) {
+    auto it = j->find(keys[i]);
+    if (it == j->end() || !it->is_string() || it->get<std::string>().empty()) {
+      return SendError(conn,
+                       grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    absl::StrCat(keys[i], ": must be a non-empty string")),
+                       keys[i]);
+    }
+    fields[i] = it->get<std::string>();
+  }
+  grpc::ClientContext ctx;
+  AttachApiKey(options_.api_key, &ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(150));
+  grpc::Status s;
+  if (load) {
+    v1::LoadLoraAdapterRequest req;
+    req.set_lora_name(fields[0]);
+    req.set_lora_path(fields[1]);
+    v1::LoraAdapterInfo info;
+    s = stub_->LoadLoraAdapter(&ctx, req, &info);
+  } else {
+    v1::UnloadLoraAdapterRequest req;
+    req.set_lora_name(fields[0]);
+    v1::UnloadLoraAdapterResponse resp;
+    s = stub_->UnloadLoraAdapter(&ctx, req, &resp);
+  }
+  if (!s.ok()) return SendError(conn, s);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    model_fetched_ = 0;  // /v1/models and "model" see the change from the next request on
+  }
+  return SendBody(conn, 200,
+                  absl::StrCat("Success: LoRA adapter '", fields[0], "' ",
+                               load ? "added" : "removed", " successfully."),
+                  "text/plain; charset=utf-8");
 }
 
 int HttpFrontend::Tokenize(mg_connection* conn, const std::string& body) {

@@ -93,6 +93,9 @@ class HttpFrontend {
   int ChatCompletions(mg_connection* conn, const std::string& body);
   int Models(mg_connection* conn, const std::string& body);
   int Embeddings(mg_connection* conn, const std::string& body);
+  int LoadLoraAdapter(mg_connection* conn, const std::string& body);
+  int UnloadLoraAdapter(mg_connection* conn, const std::string& body);
+  int LoraAdapterCall(mg_connection* conn, const std::string& body, bool load);
   int Tokenize(mg_connection* conn, const std::string& body);
   int Detokenize(mg_connection* conn, const std::string& body);
   int Health(mg_connection* conn, const std::string& body);

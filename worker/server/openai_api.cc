@@ -814,6 +814,8 @@ int HttpStatusOf(grpc::StatusCode code) {
       return 403;
     case grpc::StatusCode::NOT_FOUND:
       return 404;
+    case grpc::StatusCode::ALREADY_EXISTS:  // a request id or adapter name in use
+      return 409;
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return 429;
     case grpc::StatusCode::CANCELLED:

@@ -57,7 +57,8 @@ absl::StatusOr<int> ResolveLora(const std::string& name, const std::vector<LoraI
   if (name.empty()) return 0;
   if (const int id = LoraId(loras, name); id != 0) return id;
   std::vector<std::string> names;
-  for (const LoraInfo& l : loras) names.push_back(l.name);
+  for (const LoraInfo& l : loras)
+    if (!l.name.empty()) names.push_back(l.name);
   return absl::InvalidArgumentError(
       absl::StrCat("lora_adapter: no adapter named '", name.substr(0, 80),
                    "' (loaded: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));

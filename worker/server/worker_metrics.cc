@@ -185,12 +185,26 @@ void WorkerMetrics::Refresh() {
 }
 
 void WorkerMetrics::DeclareLoras(const std::vector<LoraInfo>& loras) {
-  if (loras.empty()) return;
-  auto& family = BuildCounter()
-                     .Name("tinyserve_lora_requests_total")
-                     .Help("Requests admitted with a LoRA adapter, by adapter")
-                     .Register(*registry_);
-  for (const LoraInfo& l : loras) lora_requests_.push_back(&family.Add({{"adapter", l.name}}));
+  for (size_t i = 0; i < loras.size(); ++i) AddLora(static_cast<int>(i) + 1, loras[i].name);
+}
+
+void WorkerMetrics::AddLora(int id, const std::string& name) {
+  std::lock_guard<std::mutex> lock(lora_mu_);
+  if (lora_family_ == nullptr) {
+    lora_family_ = &BuildCounter()
+                        .Name("tinyserve_lora_requests_total")
+                        .Help("Requests admitted with a LoRA adapter, by adapter")
+                        .Register(*registry_);
+  }
+  if (id < 1) return;
+  if (lora_requests_.size() < static_cast<size_t>(id)) lora_requests_.resize(id, nullptr);
+  lora_requests_[id - 1] = &lora_family_->Add({{"adapter", name}});
+}
+
+void WorkerMetrics::CountLoraRequest(int lora) {
+  std::lock_guard<std::mutex> lock(lora_mu_);
+  if (lora >= 1 && lora <= static_cast<int>(lora_requests_.size()) && lora_requests_[lora - 1])
+    lora_requests_[lora - 1]->Increment();
 }
 
 void WorkerMetrics::OnRequestFinished(FinishReason reason, const RequestUsage& usage) {

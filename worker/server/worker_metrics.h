@@ -45,13 +45,12 @@ class WorkerMetrics : public EngineObserver {
   void CountInvalid() { invalid_->Increment(); }
   void CountRejected() { rejected_->Increment(); }
   void SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }
-  // LoRA adapters: one tinyserve_lora_requests_total{adapter} series each, declared at start
-  // (before serving), and a count per request admitted with adapter id `lora` (1-based).
+  // LoRA adapters: one tinyserve_lora_requests_total{adapter} series each, by id (those given
+  // at start, and each loaded at run time: AddLora), and a count per request admitted with
+  // adapter id `lora` (1-based).
   void DeclareLoras(const std::vector<LoraInfo>& loras);
-  void CountLoraRequest(int lora) {
-    if (lora >= 1 && lora <= static_cast<int>(lora_requests_.size()))
-      lora_requests_[lora - 1]->Increment();
-  }
+  void AddLora(int id, const std::string& name);
+  void CountLoraRequest(int lora);
 
   // EngineObserver (engine thread).
   void OnRequestFinished(FinishReason reason, const RequestUsage& usage) override;
@@ -83,7 +82,9 @@ class WorkerMetrics : public EngineObserver {
   prometheus::Counter* by_reason_[7];  // indexed by FinishReason
   prometheus::Counter* invalid_;
   prometheus::Counter* rejected_;
-  std::vector<prometheus::Counter*> lora_requests_;  // [adapter id - 1], fixed before serving
+  std::mutex lora_mu_;
+  prometheus::Family<prometheus::Counter>* lora_family_ = nullptr;  // GUARDED_BY(lora_mu_)
+  std::vector<prometheus::Counter*> lora_requests_;  // GUARDED_BY(lora_mu_) [adapter id - 1]
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;
   prometheus::Histogram* e2e_;

@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   w->state_.model_path = options.engine.model_path;
   w->state_.version = TINYSERVE_VERSION;
   w->state_.api_key = options.api_key;
+  w->state_.allow_runtime_lora = options.allow_runtime_lora;
   w->state_.tracer = w->tracer_.get();
   w->state_.start_time = NowSeconds();
   w->api_service_ = std::make_unique<TinyServeService>(&w->state_);

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/timer.h"
 #include "worker/server/api_util.h"
 #include "worker/server/block_hash.h"
@@ -123,6 +124,7 @@ grpc::ServerUnaryReactor* TinyServeService::GetModelInfo(grpc::CallbackServerCon
   response->set_default_policy(engine.options().default_selection.policy);
   response->set_tp_size(engine.options().tp_size);
   for (const LoraInfo& l : engine.loras()) {
+    if (l.name.empty()) continue;  // unloaded
     v1::LoraAdapterInfo* a = response->add_lora_adapters();
     a->set_name(l.name);
     a->set_path(SanitizeUtf8(l.path));
@@ -151,6 +153,52 @@ grpc::ServerUnaryReactor* TinyServeService::GetServerInfo(grpc::CallbackServerCo
   response->set_draining(state_->draining.load());
   response->set_ready(state_->ready.load());
   return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TinyServeService::LoadLoraAdapter(
+    grpc::CallbackServerContext* context, const v1::LoadLoraAdapterRequest* request,
+    v1::LoraAdapterInfo* response) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  if (!state_->allow_runtime_lora) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                           "loading LoRA adapters at run time is off (start the "
+                                           "worker with --allow-runtime-lora)"));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Reading the adapter takes file I/O and a wait for the engine: off the callback thread.
+  std::thread([state = state_, reactor, request, response] {
+    absl::StatusOr<int> id = state->engine->LoadLora(request->lora_name(), request->lora_path());
+    if (!id.ok()) return reactor->Finish(ToGrpcStatus(id.status()));
+    const LoraInfo l = state->engine->loras()[*id - 1];
+    if (state->metrics != nullptr) state->metrics->AddLora(*id, request->lora_name());
+    TS_LOG(INFO) << "loaded LoRA adapter '" << request->lora_name() << "' from "
+                 << request->lora_path() << " (id " << *id << ")";
+    response->set_name(request->lora_name());
+    response->set_path(SanitizeUtf8(l.path));
+    response->set_rank(l.max_rank);
+    response->set_alpha(l.alpha);
+    response->set_tensors(l.tensors);
+    reactor->Finish(grpc::Status::OK);
+  }).detach();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TinyServeService::UnloadLoraAdapter(
+    grpc::CallbackServerContext* context, const v1::UnloadLoraAdapterRequest* request,
+    v1::UnloadLoraAdapterResponse*) {
+  if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  if (!state_->allow_runtime_lora) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                           "unloading LoRA adapters at run time is off (start "
+                                           "the worker with --allow-runtime-lora)"));
+  }
+  const absl::Status s = state_->engine->UnloadLora(request->lora_name());
+  if (s.ok()) TS_LOG(INFO) << "unloaded LoRA adapter '" << request->lora_name() << "'";
+  return FinishNow(context, ToGrpcStatus(s));
 }
 
 grpc::ServerUnaryReactor* WorkerControlService::GetLoad(grpc::CallbackServerContext* context,

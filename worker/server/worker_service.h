@@ -35,6 +35,7 @@ struct WorkerState {
   std::string model_path;
   std::string version;
   std::string api_key;          // non-empty: every call needs "authorization: Bearer <key>"
+  bool allow_runtime_lora = false;  // LoadLoraAdapter / UnloadLoraAdapter served
   Tracer* tracer = nullptr;     // OpenTelemetry spans (tracing.h); null: off
   double start_time = 0;        // NowSeconds() at start
   std::atomic<bool> ready{false};
@@ -78,6 +79,13 @@ class TinyServeService final : public tinyserve::v1::TinyServe::WithRawCallbackM
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
                                           const tinyserve::v1::GetServerInfoRequest* request,
                                           tinyserve::v1::ServerInfo* response) override;
+  // Read the adapter and wait for the engine on a helper thread.
+  grpc::ServerUnaryReactor* LoadLoraAdapter(grpc::CallbackServerContext* context,
+                                            const tinyserve::v1::LoadLoraAdapterRequest* request,
+                                            tinyserve::v1::LoraAdapterInfo* response) override;
+  grpc::ServerUnaryReactor* UnloadLoraAdapter(
+      grpc::CallbackServerContext* context, const tinyserve::v1::UnloadLoraAdapterRequest* request,
+      tinyserve::v1::UnloadLoraAdapterResponse* response) override;
 
  private:
   WorkerState* state_;
