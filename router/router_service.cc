@@ -228,8 +228,9 @@ grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* cont
 namespace {
 
 // Sends one call to every registered worker and finishes with the first failure (naming the
-// worker), else OK; `ok_if` also counts as success when at least one worker succeeded (an
-// unload that some workers had already done). `call` issues the async call to one worker.
+// worker), else OK; `ok_if` also counts as success when at least one worker succeeded (a load
+// retried after it reached only some workers, an unload some had already done). `call` issues
+// the async call to one worker.
 template <typename Req, typename Resp>
 grpc::ServerUnaryReactor* ToEveryWorker(RouterCore* core, grpc::CallbackServerContext* context,
                                         const Req* request, Resp* response, grpc::StatusCode ok_if,
@@ -304,7 +305,7 @@ grpc::ServerUnaryReactor* RouterService::LoadLoraAdapter(grpc::CallbackServerCon
                                                          const v1::LoadLoraAdapterRequest* request,
                                                          v1::LoraAdapterInfo* response) {
   return ToEveryWorker<v1::LoadLoraAdapterRequest, v1::LoraAdapterInfo>(
-      core_, context, request, response, grpc::StatusCode::OK,
+      core_, context, request, response, grpc::StatusCode::ALREADY_EXISTS,
       [](Async* a, grpc::ClientContext* c, const v1::LoadLoraAdapterRequest* q,
          v1::LoraAdapterInfo* r,
          std::function<void(grpc::Status)> f) { a->LoadLoraAdapter(c, q, r, std::move(f)); });

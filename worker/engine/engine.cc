@@ -134,6 +134,8 @@ class Engine::Impl {
   std::vector<int> lora_unloaded;  // GUARDED_BY(mu) ids whose weights are to be freed
   std::vector<int> lora_freeing;   // engine thread: those ids, freed once no sequence uses them
   void ApplyLoraChanges();
+  void FailPendingLoras();
+  bool started = false;  // GUARDED_BY(mu) an engine thread runs (Start)
   const ModelConfig& model() const { return source->config(); }
   std::unique_ptr<PagePool> pages;
   int max_context = 0;
@@ -910,7 +912,8 @@ void Engine::Impl::Loop() {
       std::unique_lock<std::mutex> lock(mu);
       const auto has_work = [&] {
         return stop || !waiting.empty() || !aborts.empty() || !running.empty() ||
-               !local_waiting.empty() || !lora_installs.empty() || !lora_unloaded.empty();
+               !local_waiting.empty() || !lora_installs.empty() || !lora_unloaded.empty() ||
+               !lora_freeing.empty();
       };
       if (tp != nullptr && tp_status.ok()) {
         cv.wait_for(lock, std::chrono::duration<double>(opts.tp_heartbeat_seconds), has_work);
@@ -928,32 +931,31 @@ void Engine::Impl::Loop() {
       cv.wait_for(lock, std::chrono::milliseconds(5));
     }
   }
+  FailPendingLoras();
+  PublishStats();
+}
+
+void Engine::Impl::FailPendingLoras() {
   // Loads that came too late: their callers get an error, not a wait.
   std::lock_guard<std::mutex> lock(mu);
   for (auto& op : lora_installs) op->id.set_value(0);
   lora_installs.clear();
-  PublishStats();
 }
 
 void Engine::Impl::ApplyLoraChanges() {
-  std::vector<std::unique_ptr<LoraInstall>> installs;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    installs.swap(lora_installs);
-    lora_freeing.insert(lora_freeing.end(), lora_unloaded.begin(), lora_unloaded.end());
-    lora_unloaded.clear();
-  }
-  for (auto& op : installs) {
+  // Installed and listed under one hold of the lock, so that a load of the same name checking
+  // both lists meanwhile sees it in one of them.
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& op : lora_installs) {
     const int id = runner->InstallLora(std::move(op->weights));
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      loras.push_back(std::move(op->info));
-    }
+    loras.push_back(std::move(op->info));
     op->id.set_value(id);
   }
+  lora_installs.clear();
+  lora_freeing.insert(lora_freeing.end(), lora_unloaded.begin(), lora_unloaded.end());
+  lora_unloaded.clear();
   if (lora_freeing.empty()) return;
   // An unloaded adapter's weights go once no sequence (running, preempted or queued) uses it.
-  std::lock_guard<std::mutex> lock(mu);
   auto uses = [](const auto& list, int id) {
     return std::any_of(list.begin(), list.end(),
                        [id](const auto& s) { return s && s->req.lora == id; });
@@ -1254,6 +1256,10 @@ void Engine::SetObserver(EngineObserver* observer) { impl_->observer = observer;
 
 void Engine::Start() {
   if (impl_->thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->started = true;
+  }
   impl_->thread = std::thread([this] { impl_->Loop(); });
 }
 
@@ -1276,6 +1282,7 @@ void Engine::Stop() {
     while (impl_->Step()) {
     }
   }
+  impl_->FailPendingLoras();
   impl_->TpShutdown();  // tensor parallelism: the followers return
 }
 
@@ -1333,9 +1340,11 @@ absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string&
   {
     std::lock_guard<std::mutex> lock(m.mu);
     if (m.stop) return absl::UnavailableError("the worker is stopping");
-    for (const auto& pending : m.lora_installs)
-      if (pending->info.name == name)
-        return absl::AlreadyExistsError(absl::StrCat("lora_name: '", name, "' is being loaded"));
+    if (!m.started) return absl::FailedPreconditionError("the engine thread is not running");
+    bool in_use = LoraId(m.loras, name) != 0;
+    for (const auto& pending : m.lora_installs) in_use = in_use || pending->info.name == name;
+    if (in_use)
+      return absl::AlreadyExistsError(absl::StrCat("lora_name: '", name, "' is already loaded"));
     m.lora_installs.push_back(std::move(op));
   }
   m.cv.notify_all();

@@ -387,9 +387,9 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
       if (in.tokens[i] < 0 || in.tokens[i] >= c.vocab_size)
         return absl::InvalidArgumentError(absl::StrCat("token id ", in.tokens[i],
                                                        " is out of range [0, ", c.vocab_size, ")"));
-    if (in.lora < 0 || in.lora > num_loras())
-      return absl::InvalidArgumentError(
-          absl::StrCat("LoRA adapter id ", in.lora, " is out of range [0, ", num_loras(), "]"));
+    if (in.lora < 0 || in.lora > num_loras() || (in.lora > 0 && loras_[in.lora - 1].empty()))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LoRA adapter id ", in.lora, " is out of range [0, ", num_loras(), "] or unloaded"));
     any_lora |= in.lora != 0;
     row0[s + 1] = row0[s] + in.n;
   }
