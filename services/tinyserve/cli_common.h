@@ -48,6 +48,7 @@ int FailWith(const std::string& message);
 
 // Command entry points (args exclude the program and command names).
 int RunGenerateCommand(const std::vector<std::string>& args);
+int RunEmbedCommand(const std::vector<std::string>& args);
 int RunEvalCommand(const std::vector<std::string>& args);
 int RunBenchCommand(const std::vector<std::string>& args);
 

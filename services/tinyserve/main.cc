@@ -15,6 +15,7 @@ const char kUsage[] =
     "usage: tinyserve COMMAND [flags]\n\n"
     "commands:\n"
     "  generate   generate text from a prompt (in-process, or --server HOST:PORT)\n"
+    "  embed      embeddings of texts (in-process), as JSON lines\n"
     "  eval       quality and speed of a selection policy against dense on a text\n"
     "  bench      decode and prefill speed\n"
     "  serve      start a router and a worker on the default model\n"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (cmd == "generate") return tinyserve::RunGenerateCommand(args);
+  if (cmd == "embed") return tinyserve::RunEmbedCommand(args);
   if (cmd == "eval") return tinyserve::RunEvalCommand(args);
   if (cmd == "bench") return tinyserve::RunBenchCommand(args);
 #ifdef TINYSERVE_HAVE_SERVER_COMMANDS

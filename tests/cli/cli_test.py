@@ -91,16 +91,47 @@ class Errors(unittest.TestCase):
         self.assertIn("unknown command", err)
 
 
+class Embed(unittest.TestCase):
+    def test_prints_one_vector_per_input(self):
+        import json
+        import math
+        args = ["embed", "--model", STORIES, "--input", "Once upon a time", "--input", "The dog",
+                "--input", "Once upon a time"]
+        code, out, err = run(*args)
+        self.assertEqual(code, 0, err)
+        rows = [json.loads(l) for l in out.splitlines()]
+        self.assertEqual([r["index"] for r in rows], [0, 1, 2])
+        self.assertEqual(rows[0]["tokens"], 5)  # BOS + 4, as generate counts them
+        for r in rows:
+            self.assertEqual(len(r["embedding"]), 64)  # stories260K's width
+            self.assertAlmostEqual(math.sqrt(sum(x * x for x in r["embedding"])), 1.0, places=5)
+        self.assertEqual(rows[0]["embedding"], rows[2]["embedding"])
+        self.assertNotEqual(rows[0]["embedding"], rows[1]["embedding"])
+        code, out, err = run("embed", "--model", STORIES, "--input", "Once upon a time",
+                             "--pooling", "mean", "--no-normalize")
+        self.assertEqual(code, 0, err)
+        mean = json.loads(out)["embedding"]
+        self.assertNotAlmostEqual(math.sqrt(sum(x * x for x in mean)), 1.0, places=2)
+
+    def test_bad_flags_name_the_problem(self):
+        for args, needle in [((), "input: nothing to embed"),
+                             (("--input", "a", "--pooling", "cls"), "pooling: must be"),
+                             (("--input", "a", "--adapter", "x"), "--adapter")]:
+            code, _, err = run("embed", "--model", STORIES, *args)
+            self.assertEqual(code, 1, args)
+            self.assertIn(needle, err, args)
+
+
 class Help(unittest.TestCase):
     def test_every_command_has_help(self):
-        for cmd in ("generate", "eval", "bench", "serve", "worker", "router"):
+        for cmd in ("generate", "embed", "eval", "bench", "serve", "worker", "router"):
             code, out, err = run(cmd, "--help")
             self.assertEqual(code, 0, f"{cmd}: {err}")
             self.assertIn("usage: tinyserve", out, cmd)
             self.assertIn("--", out, cmd)
         code, out, _ = run("--help")
         self.assertEqual(code, 0)
-        for cmd in ("generate", "eval", "bench", "serve", "worker", "router"):
+        for cmd in ("generate", "embed", "eval", "bench", "serve", "worker", "router"):
             self.assertIn(cmd, out)
 
 
