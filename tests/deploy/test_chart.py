@@ -118,6 +118,10 @@ def semantic_checks(name, docs, values):
                  f"--port={w['grpcPort']}", f"--metrics-port={w['metricsPort']}"):
         check(flag in wc["args"], f"{name}: worker arg {flag}")
     check(wc["args"][0] == "worker" and rc["args"][0] == "router", f"{name}: subcommands")
+    served = values["model"].get("servedName", "")
+    named = [a for a in wc["args"] if a.startswith("--served-model-name")]
+    check(named == ([f"--served-model-name={served}"] if served else []),
+          f"{name}: worker --served-model-name from model.servedName ({named})")
     # The OpenAI-compatible HTTP API: flag, container port and Service port agree.
     hp = r.get("httpPort", 0)
     check(f"--http-port={hp}" in rc["args"], f"{name}: router --http-port={hp}")
