@@ -14,7 +14,7 @@ Cases:
   drain_and_cancel    stories260K: SIGTERM in the middle of a long call lets it finish (every
                       input embedded, exit 0); a client that cancels a call through the router
                       stops the worker's inputs (nothing left running long before the call
-                      could have ended)
+                      could have ended); Abort with the call's id ends it (CANCELLED)
   bad_requests        stories260K: each bad request is INVALID_ARGUMENT (HTTP 400) naming the
                       field, including malformed UTF-8 in one input; a call of 300 inputs on a
                       worker whose batch is 4 and queue 2 succeeds; a deadline ends a long call
@@ -183,6 +183,21 @@ class EmbeddingsTest(cl.ClusterCase):
             self.assertTrue(cl.wait_for(stopped, 30), w.server_info())
             self.assertLess(time.monotonic() - cancelled, whole / 2,
                             "the worker kept embedding after the client cancelled")
+
+            # Abort by the call's id (through the router, which asks every worker) ends it.
+            stub = S.grpc.TinyServeStub(ch)
+            named = S.pb.EmbedRequest()
+            named.CopyFrom(many)
+            named.request_id = "embed-call-1"
+            call = stub.Embed.future(named, timeout=120)
+            self.assertTrue(cl.wait_for(
+                lambda: (w.server_info() or S.pb.ServerInfo()).running > 0, 10))
+            aborted = stub.Abort(S.pb.AbortRequest(request_ids=["embed-call-1"]), timeout=10)
+            self.assertEqual(list(aborted.aborted), ["embed-call-1"])
+            with self.assertRaises(grpc.RpcError) as e:
+                call.result()
+            self.assertEqual(e.exception.code(), grpc.StatusCode.CANCELLED)
+            self.assertTrue(cl.wait_for(stopped, 30), w.server_info())
 
     def test_bad_requests(self):
         S = ct.S = cl.stubs()

@@ -204,7 +204,8 @@ class Engine {
   // Validates and enqueues. InvalidArgument (names the field: prompt empty or too long, bad
   // sampling value, unknown policy...), ResourceExhausted (queue full), Unavailable (draining).
   absl::Status Submit(GenerateRequest request, std::shared_ptr<RequestSink> sink);
-  // Cancels a request by id (queued or running); its sink gets OnFinish(kAbort). False if unknown.
+  // Cancels a request by id (queued or running) at the next step; its sink gets
+  // OnFinish(kAbort). Always true: the id is queued, and an unknown one is ignored then.
   bool Abort(const std::string& request_id);
 
   void SetObserver(EngineObserver* observer);  // before Start

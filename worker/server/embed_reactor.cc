@@ -33,10 +33,15 @@ class EmbedJob : public std::enable_shared_from_this<EmbedJob> {
   }
 
   void Start() {
+    // Abort(<call id>) ends the call as a client's cancel would.
+    std::weak_ptr<EmbedJob> weak = weak_from_this();
+    state_->SetCanceller(id_, [weak] {
+      if (auto job = weak.lock()) job->Cancel("aborted (Abort)");
+    });
     std::lock_guard<std::mutex> lock(mu_);
     SubmitMore();
   }
-  void Cancel();
+  void Cancel(const char* why);
   void OnEmbedding(size_t i, const std::vector<float>& values);
   void OnFinish(size_t i, FinishReason reason, const RequestUsage& usage, absl::Status status);
 
@@ -122,9 +127,9 @@ void EmbedJob::End(const grpc::Status& status) {
   reactor_ = nullptr;
 }
 
-void EmbedJob::Cancel() {
+void EmbedJob::Cancel(const char* why) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!ended_) End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  if (!ended_) End(grpc::Status(grpc::StatusCode::CANCELLED, why));
 }
 
 void EmbedJob::OnEmbedding(size_t i, const std::vector<float>& values) {
@@ -213,7 +218,7 @@ absl::StatusOr<std::vector<GenerateRequest>> EmbedReactor::Parse(
 }
 
 void EmbedReactor::OnCancel() {
-  if (job_) job_->Cancel();
+  if (job_) job_->Cancel("cancelled by the client");
 }
 
 }  // namespace tinyserve

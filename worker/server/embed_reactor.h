@@ -8,7 +8,8 @@
 // long; the queue full while none of the call's inputs runs) ends the call with that status and
 // aborts the inputs still running. A full queue with some of them running waits for one to end;
 // a drain that begins mid-call lets the call finish.
-// Cancellation and the deadline abort the running inputs, whose pages the engine frees.
+// Cancellation, Abort(<call id>) and the deadline abort the running inputs, whose pages the
+// engine frees.
 // Lifetime: created by TinyServeService::Embed, deletes itself in OnDone. The engine's sinks
 // share the call's state (EmbedJob), never the reactor, which the job finishes exactly once.
 #pragma once

@@ -36,6 +36,24 @@ bool WorkerState::AddLive(const std::string& id) {
 void WorkerState::RemoveLive(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   live_.erase(id);
+  cancellers_.erase(id);
+}
+
+void WorkerState::SetCanceller(const std::string& id, std::function<void()> cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (live_.count(id) != 0) cancellers_[id] = std::move(cancel);
+}
+
+bool WorkerState::Cancel(const std::string& id) {
+  std::function<void()> cancel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cancellers_.find(id);
+    if (it == cancellers_.end()) return false;
+    cancel = it->second;
+  }
+  cancel();
+  return true;
 }
 
 std::string WorkerState::NewRequestId() {
@@ -60,7 +78,9 @@ grpc::ServerUnaryReactor* TinyServeService::Abort(grpc::CallbackServerContext* c
     return FinishNow(context, s);
   }
   for (const std::string& id : request->request_ids()) {
-    if (state_->engine->Abort(id)) response->add_aborted(id);
+    // (Both: the engine takes any id, so its answer does not say whether the id was its.)
+    const bool call = state_->Cancel(id);
+    if (state_->engine->Abort(id) || call) response->add_aborted(id);
   }
   return FinishNow(context, grpc::Status::OK);
 }

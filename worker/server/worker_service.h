@@ -14,8 +14,10 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "tinyserve/v1/tinyserve.grpc.pb.h"
@@ -44,12 +46,17 @@ struct WorkerState {
 
   // Live request ids (a caller-chosen id may not be reused while its request runs).
   bool AddLive(const std::string& id);
-  void RemoveLive(const std::string& id);
+  void RemoveLive(const std::string& id);  // also drops its canceller
   std::string NewRequestId();
+  // Calls that are not one engine request (Embed) register how to cancel them, for Abort.
+  void SetCanceller(const std::string& id, std::function<void()> cancel);
+  // Runs the live call's canceller (outside the lock); false when there is none.
+  bool Cancel(const std::string& id);
 
  private:
   std::mutex mu_;
   std::unordered_set<std::string> live_;  // GUARDED_BY(mu_)
+  std::unordered_map<std::string, std::function<void()>> cancellers_;  // GUARDED_BY(mu_)
   std::atomic<uint64_t> next_id_{1};
 };
 
