@@ -678,7 +678,7 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
     if (e == cudaSuccess)
       e = cudaMemcpyAsync(hidden_host, hidden_dev, size_t(n_hidden) * c.dim * elt,
                           cudaMemcpyDeviceToHost, stream);
-    where = "hidden rows";
+    if (e != cudaSuccess) where = "hidden rows";
   }
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) {
@@ -688,9 +688,13 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
   logits->assign(logits_host, logits_host + size_t(n_logit_rows) * c.vocab);
   if (hidden != nullptr) {
     hidden->resize(size_t(n_hidden) * c.dim);
-    for (size_t i = 0; i < hidden->size(); ++i)
-      (*hidden)[i] = dt == DType::kBF16 ? ToF32(static_cast<const __nv_bfloat16*>(hidden_host)[i])
-                                        : ToF32(static_cast<const __half*>(hidden_host)[i]);
+    if (dt == DType::kBF16) {
+      const auto* h16 = static_cast<const __nv_bfloat16*>(hidden_host);
+      for (size_t i = 0; i < hidden->size(); ++i) (*hidden)[i] = ToF32(h16[i]);
+    } else {
+      const auto* h16 = static_cast<const __half*>(hidden_host);
+      for (size_t i = 0; i < hidden->size(); ++i) (*hidden)[i] = ToF32(h16[i]);
+    }
   }
   // Selection statistics, per decode sequence.
   stats.seqs.assign(n_seq, DeviceSeqStats());

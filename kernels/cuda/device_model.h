@@ -88,6 +88,7 @@ struct DeviceSeq {
   int n_pages = 0;
   bool all_logits = false;          // logits for every new token, else the last only
   bool hidden = false;              // return its rows' hidden states (Forward's *hidden)
+  bool hidden_last = false;         // with hidden: the last row's only
   DeviceAttention attention;        // used when n == 1
 };
 
@@ -127,8 +128,9 @@ class DeviceModel {
   bool SetWeight(WeightSlot slot, int layer, const float* data, int64_t count,
                  std::string* error);
   // Runs the batch; logits rows in batch order (n rows for all_logits sequences, else 1),
-  // [rows][vocab]; with `hidden`, the final-normed hidden states of every row of the sequences
-  // that ask (DeviceSeq::hidden), in batch order, [rows][hidden size] (embeddings). False (and
+  // [rows][vocab]; with `hidden`, the final-normed hidden states of the rows of the sequences
+  // that ask (DeviceSeq::hidden: every row, or the last with hidden_last), in batch order,
+  // [rows][hidden size] (embeddings). False (and
   // *error) on bad input or a CUDA failure.
   bool Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits, std::string* error,
                std::vector<float>* hidden = nullptr);

@@ -99,7 +99,8 @@ bool PlanStep(const std::vector<DeviceSeq>& batch, const StepLimits& lim, StepPl
     const DeviceSeq& s = batch[i];
     for (int j = s.all_logits ? 0 : s.n - 1; j < s.n; ++j) p.logit_rows.push_back(first_row[i] + j);
     if (s.hidden)
-      for (int j = 0; j < s.n; ++j) p.hidden_rows.push_back(first_row[i] + j);
+      for (int j = s.hidden_last ? s.n - 1 : 0; j < s.n; ++j)
+        p.hidden_rows.push_back(first_row[i] + j);
   }
   return true;
 }

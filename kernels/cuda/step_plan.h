@@ -44,7 +44,7 @@ struct StepPlan {
   std::vector<int32_t> page_indices;          // [n_seq * max_pages_per_seq]
   std::vector<int32_t> q_indptr;              // [n_seq - nd + 1] rows of each prefill sequence
   std::vector<int32_t> logit_rows;            // rows whose logits are returned, batch order
-  std::vector<int32_t> hidden_rows;           // rows of DeviceSeq::hidden sequences, batch order
+  std::vector<int32_t> hidden_rows;           // DeviceSeq::hidden sequences' rows, batch order
 };
 
 // False (and *error naming the problem) for an empty sequence, a token outside the vocabulary,

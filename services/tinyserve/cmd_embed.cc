@@ -1,4 +1,5 @@
 // tinyserve embed: load a model in-process and print the embedding of each input (JSON lines).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -51,6 +52,8 @@ int RunEmbedCommand(const std::vector<std::string>& args) {
     return FailWith("pooling: must be last or mean, got '" + pooling + "'");
   absl::StatusOr<EngineOptions> engine_options = ef.Build();
   if (!engine_options.ok()) return FailWith(std::string(engine_options.status().message()));
+  // Every input is queued before the engine runs them.
+  engine_options->max_queue = std::max(engine_options->max_queue, static_cast<int>(inputs.size()));
   auto engine_or = Engine::Create(*std::move(engine_options));
   if (!engine_or.ok()) return FailWith(std::string(engine_or.status().message()));
   Engine& engine = **engine_or;

@@ -113,6 +113,14 @@ class Embed(unittest.TestCase):
         mean = json.loads(out)["embedding"]
         self.assertNotAlmostEqual(math.sqrt(sum(x * x for x in mean)), 1.0, places=2)
 
+    def test_more_inputs_than_the_queue(self):
+        args = ["embed", "--model", STORIES]
+        for i in range(300):  # the engine's queue holds 256 by default
+            args += ["--input", f"story {i}"]
+        code, out, err = run(*args)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(out.splitlines()), 300)
+
     def test_bad_flags_name_the_problem(self):
         for args, needle in [((), "input: nothing to embed"),
                              (("--input", "a", "--pooling", "cls"), "pooling: must be"),

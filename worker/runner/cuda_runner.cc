@@ -153,6 +153,7 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>& batch,
     d.n_pages = static_cast<int>(in.pages->size());
     d.all_logits = in.all_logits;
     d.hidden = in.pooling != Pooling::kNone && in.pooled != nullptr;
+    d.hidden_last = in.pooling == Pooling::kLast;
     any_hidden = any_hidden || d.hidden;
     d.attention = cuda::DeviceAttention();
     const SelectionSpec* s = i < selection.size() ? selection[i] : nullptr;
@@ -176,13 +177,14 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>& batch,
     for (size_t i = 0; i < batch.size(); ++i) {
       if (!seqs[i].hidden) continue;
       float* pooled = batch[i].pooled;
-      if (batch[i].pooling == Pooling::kLast) {
-        std::copy(row + (batch[i].n - 1) * D, row + batch[i].n * D, pooled);
+      if (seqs[i].hidden_last) {  // the step returned the last row only
+        std::copy(row, row + D, pooled);
+        row += D;
       } else {
         for (int t = 0; t < batch[i].n; ++t)
           for (size_t d = 0; d < D; ++d) pooled[d] += row[t * D + d];
+        row += batch[i].n * D;
       }
-      row += batch[i].n * D;
     }
   }
   const cuda::DeviceStepStats& st = impl_->model->last_stats();

@@ -33,11 +33,6 @@ class EmbedJob : public std::enable_shared_from_this<EmbedJob> {
   }
 
   void Start() {
-    // Abort(<call id>) ends the call as a client's cancel would.
-    std::weak_ptr<EmbedJob> weak = weak_from_this();
-    state_->SetCanceller(id_, [weak] {
-      if (auto job = weak.lock()) job->Cancel("aborted (Abort)");
-    });
     std::lock_guard<std::mutex> lock(mu_);
     SubmitMore();
   }
@@ -174,27 +169,33 @@ EmbedReactor::EmbedReactor(WorkerState* state, grpc::CallbackServerContext* cont
     Finish(s);
     return;
   }
+  absl::Status status;
   absl::StatusOr<std::vector<GenerateRequest>> inputs = Parse(state, *context, buffer);
-  std::string id;
   if (inputs.ok()) {
-    id = request_id_.empty() ? state->NewRequestId() : request_id_;
-    if (!state->AddLive(id))
-      inputs = absl::AlreadyExistsError(absl::StrCat("request_id '", id, "' is already in use"));
-  }
-  if (!inputs.ok()) {
-    if (state->metrics != nullptr) {
-      if (absl::IsResourceExhausted(inputs.status()) || absl::IsUnavailable(inputs.status())) {
-        state->metrics->CountRejected();
-      } else {
-        state->metrics->CountInvalid();
-      }
+    const std::string id = request_id_.empty() ? state->NewRequestId() : request_id_;
+    job_ = std::make_shared<EmbedJob>(state, this, response, id, std::move(*inputs), normalize_);
+    // Abort(<call id>) ends the call as a client's cancel would, from the moment it is live.
+    std::weak_ptr<EmbedJob> weak = job_;
+    if (state->AddLive(id, [weak] {
+          if (auto job = weak.lock()) job->Cancel("aborted (Abort)");
+        })) {
+      std::shared_ptr<EmbedJob> job = job_;  // the call may end (and delete this) inside Start
+      job->Start();
+      return;
     }
-    Finish(ToGrpcStatus(inputs.status()));
-    return;
+    job_.reset();
+    status = absl::AlreadyExistsError(absl::StrCat("request_id '", id, "' is already in use"));
+  } else {
+    status = inputs.status();
   }
-  job_ = std::make_shared<EmbedJob>(state, this, response, id, std::move(*inputs), normalize_);
-  std::shared_ptr<EmbedJob> job = job_;  // the call may end (and delete this) inside Start
-  job->Start();
+  if (state->metrics != nullptr) {
+    if (absl::IsResourceExhausted(status) || absl::IsUnavailable(status)) {
+      state->metrics->CountRejected();
+    } else {
+      state->metrics->CountInvalid();
+    }
+  }
+  Finish(ToGrpcStatus(status));
 }
 
 absl::StatusOr<std::vector<GenerateRequest>> EmbedReactor::Parse(

@@ -28,20 +28,17 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
-bool WorkerState::AddLive(const std::string& id) {
+bool WorkerState::AddLive(const std::string& id, std::function<void()> cancel) {
   std::lock_guard<std::mutex> lock(mu_);
-  return live_.insert(id).second;
+  if (!live_.insert(id).second) return false;
+  if (cancel) cancellers_[id] = std::move(cancel);
+  return true;
 }
 
 void WorkerState::RemoveLive(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   live_.erase(id);
   cancellers_.erase(id);
-}
-
-void WorkerState::SetCanceller(const std::string& id, std::function<void()> cancel) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (live_.count(id) != 0) cancellers_[id] = std::move(cancel);
 }
 
 bool WorkerState::Cancel(const std::string& id) {
@@ -78,9 +75,9 @@ grpc::ServerUnaryReactor* TinyServeService::Abort(grpc::CallbackServerContext* c
     return FinishNow(context, s);
   }
   for (const std::string& id : request->request_ids()) {
-    // (Both: the engine takes any id, so its answer does not say whether the id was its.)
-    const bool call = state_->Cancel(id);
-    if (state_->engine->Abort(id) || call) response->add_aborted(id);
+    // (Both: the engine takes any id and says true.)
+    state_->Cancel(id);
+    if (state_->engine->Abort(id)) response->add_aborted(id);
   }
   return FinishNow(context, grpc::Status::OK);
 }

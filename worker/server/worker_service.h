@@ -44,12 +44,11 @@ struct WorkerState {
   std::atomic<bool> draining{false};
   PrefixLru prefixes{1 << 16};  // prompt block hashes served recently
 
-  // Live request ids (a caller-chosen id may not be reused while its request runs).
-  bool AddLive(const std::string& id);
+  // Live request ids (a caller-chosen id may not be reused while its request runs). A call
+  // that is not one engine request (Embed) gives how to cancel it, for Abort.
+  bool AddLive(const std::string& id, std::function<void()> cancel = nullptr);
   void RemoveLive(const std::string& id);  // also drops its canceller
   std::string NewRequestId();
-  // Calls that are not one engine request (Embed) register how to cancel them, for Abort.
-  void SetCanceller(const std::string& id, std::function<void()> cancel);
   // Runs the live call's canceller (outside the lock); false when there is none.
   bool Cancel(const std::string& id);
 
