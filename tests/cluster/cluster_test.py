@@ -175,7 +175,9 @@ class ClusterTest(cl.ClusterCase):
             w1 = self.cluster.worker("--model", model, "--drain-timeout", "0.3")
             w2 = self.cluster.worker("--model", model, "--drain-timeout", "0.3")
             r = self.cluster.router([w1, w2])
-            q = request("Once upon a time", max_tokens=160, ignore_eos=True)
+            # Long enough that the 0.3 s drain cannot finish it (about 2 s of decode are left
+            # at the kill): it must move.
+            q = request("Once upon a time", max_tokens=480, ignore_eos=True)
             q.sampling.stop.append("zzzz")  # keeps a held-back tail in play
             out = {}
             t = threading.Thread(target=lambda: out.update(res=generate(r.address, q, 120)))
@@ -194,8 +196,8 @@ class ClusterTest(cl.ClusterCase):
             res = out["res"]
             self.assertEqual(res.code, grpc.StatusCode.OK, f"{how}: {res.code} {res.details}")
             self.assertEqual(res.complete.finish_reason, S.pb.FINISH_REASON_LENGTH, how)
-            self.assertEqual(len(res.ids), 160, how)
-            self.assertEqual(res.complete.usage.completion_tokens, 160, how)
+            self.assertEqual(len(res.ids), 480, how)
+            self.assertEqual(res.complete.usage.completion_tokens, 480, how)
             survivor = w2 if serving is w1 else w1
             self.assertEqual(res.complete.worker, survivor.address, how)
             self.assertEqual(cl.metric(r.metrics(), "tinyserve_router_migrations_total"), 1, how)
