@@ -134,6 +134,9 @@ class EmbeddingsTest(cl.ClusterCase):
                 self.assertEqual(len(f.result().embeddings), len(texts))
         self.assertGreaterEqual(cl.metric(r.metrics(), "tinyserve_http_requests_total",
                                           route="embeddings", code="200") or 0, 3)
+        # Every input embedded so far: 2 x 4 (gRPC), 4 + 1 + 1 + 1 (HTTP), 3 x 4 (beside
+        # generation).
+        self.assertEqual(cl.metric(w.metrics(), "tinyserve_embedding_inputs_total"), 27)
 
         # The most inputs a call takes: 2048 x 576 floats, over gRPC's default message limit.
         words = [f"word {i}" for i in range(2048)]

@@ -155,6 +155,7 @@ void EmbedJob::OnFinish(size_t i, FinishReason reason, const RequestUsage& usage
     return;
   }
   response_.mutable_embeddings(static_cast<int>(i))->set_prompt_tokens(usage.prompt_tokens);
+  if (state_->metrics != nullptr) state_->metrics->CountEmbedding();
   response_.set_prompt_tokens(response_.prompt_tokens() + usage.prompt_tokens);
   if (++done_ == inputs_.size()) {
     End(grpc::Status::OK);

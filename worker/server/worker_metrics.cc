@@ -138,6 +138,8 @@ WorkerMetrics::WorkerMetrics(const std::string& version, const std::string& mode
                      .Register(r);
 
   steps_ = counter("tinyserve_engine_steps_total", "Scheduler steps");
+  embedding_inputs_ =
+      counter("tinyserve_embedding_inputs_total", "Inputs embedded (Embed calls, /v1/embeddings)");
   step_seconds_ = hist("tinyserve_engine_step_seconds",
                        "One scheduler step (batched forward + sampling)", FineLatencyBuckets());
   ready_ = gauge("tinyserve_worker_ready",

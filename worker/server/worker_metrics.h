@@ -44,6 +44,8 @@ class WorkerMetrics : public EngineObserver {
   // Admission failures counted by the RPC layer (the engine never saw these requests).
   void CountInvalid() { invalid_->Increment(); }
   void CountRejected() { rejected_->Increment(); }
+  // An Embed call's input embedded (each is also a finished request, outcome "length").
+  void CountEmbedding() { embedding_inputs_->Increment(); }
   void SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }
   // LoRA adapters: one tinyserve_lora_requests_total{adapter} series each, by id (those given
   // at start, and each loaded at run time: AddLora), and a count per request admitted with
@@ -82,6 +84,7 @@ class WorkerMetrics : public EngineObserver {
   prometheus::Counter* by_reason_[7];  // indexed by FinishReason
   prometheus::Counter* invalid_;
   prometheus::Counter* rejected_;
+  prometheus::Counter* embedding_inputs_;
   std::mutex lora_mu_;
   prometheus::Family<prometheus::Counter>* lora_family_ = nullptr;  // GUARDED_BY(lora_mu_)
   std::vector<prometheus::Counter*> lora_requests_;  // GUARDED_BY(lora_mu_) [adapter id - 1]
