@@ -1,10 +1,12 @@
 #include "worker/server/api_util.h"
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/timer.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
 
@@ -134,6 +136,13 @@ grpc::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Mess
   }
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                       absl::StrCat("request: not a valid ", request->GetDescriptor()->full_name()));
+}
+
+double EngineDeadline(const grpc::CallbackServerContext& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
+  return NowSeconds() +
+         std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
 }
 
 const char* StatusCodeName(grpc::StatusCode code) {

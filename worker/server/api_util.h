@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "google/protobuf/message.h"
+#include "grpcpp/server_context.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/status.h"
 #include "tinyserve/v1/tinyserve.pb.h"
@@ -33,6 +34,9 @@ grpc::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Mess
 grpc::ByteBuffer ToByteBuffer(const google::protobuf::Message& message);
 // Parses a ByteBuffer; false when it does not parse.
 bool FromByteBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* message);
+
+// The call's deadline on the engine's clock (NowSeconds, GenerateRequest::deadline); 0: none.
+double EngineDeadline(const grpc::CallbackServerContext& context);
 
 // The gRPC code's canonical name, e.g. "INVALID_ARGUMENT".
 const char* StatusCodeName(grpc::StatusCode code);

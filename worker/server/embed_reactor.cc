@@ -77,13 +77,6 @@ class EmbedSink final : public RequestSink {
   size_t index_;
 };
 
-double EngineDeadline(const grpc::CallbackServerContext& context) {
-  const auto deadline = context.deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
-  return NowSeconds() +
-         std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
-}
-
 }  // namespace
 
 void EmbedJob::SubmitMore() {
@@ -189,13 +182,7 @@ EmbedReactor::EmbedReactor(WorkerState* state, grpc::CallbackServerContext* cont
   } else {
     status = inputs.status();
   }
-  if (state->metrics != nullptr) {
-    if (absl::IsResourceExhausted(status) || absl::IsUnavailable(status)) {
-      state->metrics->CountRejected();
-    } else {
-      state->metrics->CountInvalid();
-    }
-  }
+  if (state->metrics != nullptr) state->metrics->CountRefusal(status.code());
   Finish(ToGrpcStatus(status));
 }
 

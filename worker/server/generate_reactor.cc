@@ -37,15 +37,6 @@ class ReactorSink final : public RequestSink {
   GenerateReactor* reactor_;
 };
 
-// The call's deadline on the engine's clock (NowSeconds), or 0 for none.
-double EngineDeadline(const grpc::CallbackServerContext& context) {
-  const auto deadline = context.deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
-  const double remaining =
-      std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
-  return NowSeconds() + remaining;
-}
-
 }  // namespace
 
 GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext* context,
@@ -118,14 +109,8 @@ GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext
 }
 
 void GenerateReactor::Reject(const grpc::Status& status) {
-  if (state_->metrics != nullptr) {
-    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
-        status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      state_->metrics->CountRejected();
-    } else {
-      state_->metrics->CountInvalid();
-    }
-  }
+  if (state_->metrics != nullptr)
+    state_->metrics->CountRefusal(static_cast<absl::StatusCode>(status.error_code()));
   TS_LOG(DEBUG) << "Generate rejected: " << StatusCodeName(status.error_code()) << ": "
                 << status.error_message();
   span_->Set("rpc.grpc.status_code", static_cast<int64_t>(status.error_code()));

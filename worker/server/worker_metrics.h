@@ -44,6 +44,15 @@ class WorkerMetrics : public EngineObserver {
   // Admission failures counted by the RPC layer (the engine never saw these requests).
   void CountInvalid() { invalid_->Increment(); }
   void CountRejected() { rejected_->Increment(); }
+  // A request refused before the engine took it: rejected (RESOURCE_EXHAUSTED, UNAVAILABLE),
+  // else invalid.
+  void CountRefusal(absl::StatusCode code) {
+    if (code == absl::StatusCode::kResourceExhausted || code == absl::StatusCode::kUnavailable) {
+      CountRejected();
+    } else {
+      CountInvalid();
+    }
+  }
   // An Embed call's input embedded (each is also a finished request, outcome "length").
   void CountEmbedding() { embedding_inputs_->Increment(); }
   void SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }
