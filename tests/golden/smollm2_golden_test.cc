@@ -137,7 +137,10 @@ TEST_F(SmolLM2Golden, LogitsCloseToLlamaCppAndArgmaxAgrees) {
     const double agree = static_cast<double>(argmax_same) / n;
     EXPECT_LE(worst, std::max(0.04, 1.5 * self_worst))
         << name << ": largest difference as a share of llama.cpp's range";
-    EXPECT_GE(agree, std::min(1.0, self_agree) - 0.02) << name;
+    // As many argmaxes as llama.cpp agrees with itself on, less 2 % of the positions or one
+    // (a short prompt's near tie, decided by rounding, is several percent).
+    const int self_same = static_cast<int>(std::lround(std::min(1.0, self_agree) * n));
+    EXPECT_GE(argmax_same, self_same - std::max(1, static_cast<int>(0.02 * n))) << name;
     if (self_agree == 1.0) {
       EXPECT_EQ(argmax_same, static_cast<int>(n)) << name;
     }
