@@ -11,6 +11,11 @@ inline double NowSeconds() {
       .count();
 }
 
+// Unix time in seconds (comparable across hosts, unlike NowSeconds).
+inline double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 class Stopwatch {
  public:
   Stopwatch() : start_(NowSeconds()) {}

@@ -45,6 +45,46 @@ void Admission::Release() {
   next();
 }
 
+Admission::Result AdmissionTicket::Acquire(std::function<void()> on_admit, int priority) {
+  // Held across Acquire, so that a slot freed at once on another thread (which runs the
+  // callback) sees queued_ already set.
+  std::lock_guard<std::mutex> lock(mu_);
+  const Admission::Result r = admission_->Acquire(
+      this,
+      [this, on_admit = std::move(on_admit)] {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          queued_ = false;
+          held_ = true;
+        }
+        on_admit();
+      },
+      priority);
+  queued_ = r == Admission::Result::kQueued;
+  held_ = r == Admission::Result::kAdmitted;
+  return r;
+}
+
+bool AdmissionTicket::Cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!queued_) return false;
+  }
+  if (!admission_->Cancel(this)) return false;  // admitted meanwhile
+  std::lock_guard<std::mutex> lock(mu_);
+  queued_ = false;
+  return true;
+}
+
+void AdmissionTicket::Release() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!held_) return;
+    held_ = false;
+  }
+  admission_->Release();  // (may run the next waiter's callback: not under mu_)
+}
+
 int Admission::inflight() const {
   std::lock_guard<std::mutex> lock(mu_);
   return inflight_;

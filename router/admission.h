@@ -46,4 +46,26 @@ class Admission {
   std::deque<Waiter> queue_;    // GUARDED_BY(mu_)
 };
 
+// One call's place in an Admission: queued for a slot, holding one, or neither. The call's
+// side of the protocol (ProxyCall, the router's Embed): Acquire once, Cancel when its client
+// goes away, Release when it ends.
+class AdmissionTicket {
+ public:
+  explicit AdmissionTicket(Admission* admission) : admission_(admission) {}
+
+  // Admission::Acquire. kAdmitted: the slot is held now (on_admit does not run); kQueued:
+  // on_admit runs, with the slot held, when one frees.
+  Admission::Result Acquire(std::function<void()> on_admit, int priority);
+  // Leaves the queue: true if it was still waiting (on_admit will not run), false otherwise.
+  bool Cancel();
+  // Frees the slot if it holds one; later calls do nothing.
+  void Release();
+
+ private:
+  Admission* admission_;
+  std::mutex mu_;
+  bool queued_ = false;  // GUARDED_BY(mu_)
+  bool held_ = false;    // GUARDED_BY(mu_)
+};
+
 }  // namespace tinyserve

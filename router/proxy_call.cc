@@ -54,7 +54,7 @@ void UpstreamAttempt::OnDone(const grpc::Status& status) {
 
 ProxyCall::ProxyCall(RouterCore* core, grpc::CallbackServerContext* context,
                      const grpc::ByteBuffer& buffer)
-    : core_(core), context_(context), arrival_(NowSeconds()) {
+    : core_(core), context_(context), arrival_(NowSeconds()), slot_(core->admission) {
   const grpc::Status auth = CheckApiKey(*context, core_->api_key);
   // Calls without a valid key are not traced: they may not fill the exporter's queue.
   span_ = Span::Start(auth.ok() ? core->tracer : nullptr, "tinyserve.router.generate",
@@ -78,15 +78,7 @@ ProxyCall::ProxyCall(RouterCore* core, grpc::CallbackServerContext* context,
   }
   if (request_.request_id().empty()) request_.set_request_id(core_->NewRequestId());
   blocks_ = PromptBlockHashes(request_);
-  Admission::Result admitted;
-  {
-    // Held across Acquire so a slot freed at once on another thread (which runs Admitted)
-    // sees queued_ already set.
-    std::lock_guard<std::mutex> lock(mu_);
-    admitted = core_->admission->Acquire(
-        this, [this] { Admitted(); }, request_.priority());
-    queued_ = admitted == Admission::Result::kQueued;
-  }
+  const Admission::Result admitted = slot_.Acquire([this] { Admitted(); }, request_.priority());
   if (admitted == Admission::Result::kAdmitted) {
     Admitted();
   } else if (admitted == Admission::Result::kRejected) {
@@ -102,11 +94,6 @@ grpc::Status ProxyCall::GoneStatus() const {
 }
 
 void ProxyCall::Admitted() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queued_ = false;
-    holds_slot_ = true;
-  }
   if (client_gone()) {
     End(GoneStatus());
     return;
@@ -118,7 +105,8 @@ void ProxyCall::Dispatch() {
   std::shared_ptr<UpstreamAttempt> attempt;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    RouteChoice choice = core_->policy->Pick(core_->Candidates(tried_), blocks_);
+    RouteChoice choice =
+        core_->policy->Pick(core_->Candidates(tried_, request_.lora_adapter()), blocks_);
     if (choice.worker != nullptr) {
       core_->metrics->CountDecision(choice.reason);
       tried_.push_back(choice.worker);
@@ -184,8 +172,8 @@ void ProxyCall::OnUpstreamDone(UpstreamAttempt* attempt, const grpc::Status& sta
       worker->breaker().RecordFailure(NowSeconds());
     }
     worker->UpdateBreakerGauge();
-    const bool more =
-        static_cast<int>(tried_.size()) < core_->max_attempts && !core_->Candidates(tried_).empty();
+    const bool more = static_cast<int>(tried_.size()) < core_->max_attempts &&
+                      !core_->Candidates(tried_, request_.lora_adapter()).empty();
     retry = !status.ok() && !gone && !forwarded_ && Retryable(status) && more;
     const bool worker_lost =
         status.error_code() == grpc::StatusCode::UNAVAILABLE || (status.ok() && held_abort_);
@@ -221,33 +209,24 @@ void ProxyCall::OnUpstreamDone(UpstreamAttempt* attempt, const grpc::Status& sta
 
 void ProxyCall::OnClientGone() {
   std::shared_ptr<UpstreamAttempt> attempt;
-  bool was_queued = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     attempt = attempt_;
-    was_queued = queued_;
   }
   if (attempt != nullptr) {
     attempt->Cancel();
-  } else if (was_queued && core_->admission->Cancel(this)) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queued_ = false;
-    }
+  } else if (slot_.Cancel()) {
     End(GoneStatus());
   }
 }
 
 void ProxyCall::End(const grpc::Status& status) {
-  bool release = false;
   WorkerSeries* series = core_->metrics->none();
   bool add_error = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ended_) return;
     ended_ = true;
-    release = holds_slot_;
-    holds_slot_ = false;
     if (last_worker_ != nullptr) series = last_worker_->series();
     add_error = !status.ok() && forwarded_ && !error_forwarded_;
   }
@@ -262,7 +241,7 @@ void ProxyCall::End(const grpc::Status& status) {
     if (!status.ok()) span_->SetError(status.error_message());
   }
   span_->End();
-  if (release) core_->admission->Release();
+  slot_.Release();
   if (add_error) {
     v1::GenerateResponse error;
     error.set_request_id(request_.request_id());

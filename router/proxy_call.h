@@ -85,13 +85,12 @@ class ProxyCall final : public QueuedStreamReactor {
   std::vector<uint64_t> blocks_;
   double arrival_;
   std::unique_ptr<Span> span_;  // "tinyserve.router.generate"; ended in End
+  AdmissionTicket slot_;
 
   std::mutex mu_;
   std::shared_ptr<UpstreamAttempt> attempt_;  // GUARDED_BY(mu_)
   std::vector<WorkerPtr> tried_;              // GUARDED_BY(mu_)
   WorkerPtr last_worker_;                     // GUARDED_BY(mu_)
-  bool holds_slot_ = false;                   // GUARDED_BY(mu_)
-  bool queued_ = false;                       // GUARDED_BY(mu_)
   bool forwarded_ = false;                    // GUARDED_BY(mu_)
   bool first_token_ = false;                  // GUARDED_BY(mu_)
   bool error_forwarded_ = false;              // GUARDED_BY(mu_)

@@ -9,11 +9,20 @@
 
 namespace tinyserve {
 
-std::vector<WorkerPtr> RouterCore::Candidates(const std::vector<WorkerPtr>& exclude) const {
-  std::vector<WorkerPtr> out;
+std::vector<WorkerPtr> RouterCore::Candidates(const std::vector<WorkerPtr>& exclude,
+                                              const std::string& adapter) const {
+  std::vector<std::pair<WorkerPtr, bool>> routable;  // (worker, serves the adapter)
   const double now = NowSeconds();
+  bool served = false;
   for (const WorkerPtr& w : registry->Snapshot()) {
     if (!w->healthy() || !w->breaker().Available(now)) continue;
+    const bool serves = !adapter.empty() && w->ServesAdapter(adapter);
+    served = served || serves;
+    routable.emplace_back(w, serves);
+  }
+  std::vector<WorkerPtr> out;
+  for (const auto& [w, serves] : routable) {
+    if (served && !serves) continue;
     if (std::find(exclude.begin(), exclude.end(), w) != exclude.end()) continue;
     out.push_back(w);
   }

@@ -29,8 +29,11 @@ struct RouterCore {
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_id{1};
 
-  // Routable workers (healthy, breaker allowing) not in `exclude`.
-  std::vector<WorkerPtr> Candidates(const std::vector<WorkerPtr>& exclude) const;
+  // Routable workers (healthy, breaker allowing) not in `exclude`. A request naming a LoRA
+  // adapter goes to the routable workers that serve it, if any does (else to any: the
+  // worker's answer names the unknown adapter).
+  std::vector<WorkerPtr> Candidates(const std::vector<WorkerPtr>& exclude,
+                                    const std::string& adapter = "") const;
   // A healthy worker for unary forwards (the least loaded), or null.
   WorkerPtr AnyHealthy() const;
   std::string NewRequestId();

@@ -47,6 +47,18 @@ RouterMetrics::RouterMetrics(const std::string& version, const std::string& poli
                      .Help("Requests moved mid-stream (re-prefill elsewhere)")
                      .Register(r)
                      .Add({});
+  auto& syncs = BuildCounter()
+                    .Name("tinyserve_router_lora_syncs_total")
+                    .Help(
+                        "LoRA adapter loads and unloads the router made to bring a worker in "
+                        "line with the others, by outcome")
+                    .Register(r);
+  for (int load = 0; load < 2; ++load) {
+    for (int ok = 0; ok < 2; ++ok) {
+      lora_syncs_[load][ok] =
+          &syncs.Add({{"op", load ? "load" : "unload"}, {"result", ok ? "ok" : "error"}});
+    }
+  }
   auto& decisions = BuildCounter()
                         .Name("tinyserve_router_routing_decisions_total")
                         .Help("Why a worker was chosen")

@@ -50,6 +50,8 @@ class RouterMetrics {
   void CountDecision(RouteReason reason) { decisions_[static_cast<int>(reason)]->Increment(); }
   prometheus::Counter& retries() { return *retries_; }
   prometheus::Counter& migrations() { return *migrations_; }
+  // LoRA adapter loads/unloads the router made to bring a worker in line (lora_sync.h).
+  prometheus::Counter& lora_syncs(bool load, bool ok) { return *lora_syncs_[load][ok]; }
   prometheus::Gauge& workers() { return *workers_; }
   prometheus::Gauge& waiting() { return *waiting_; }
   prometheus::Histogram& ttft() { return *ttft_; }
@@ -66,6 +68,7 @@ class RouterMetrics {
   prometheus::Counter* decisions_[kNumRouteReasons];
   prometheus::Counter* retries_;
   prometheus::Counter* migrations_;
+  prometheus::Counter* lora_syncs_[2][2];  // [load][ok]
   prometheus::Gauge* workers_;
   prometheus::Gauge* waiting_;
   prometheus::Histogram* ttft_;

@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   r->core_.registry = r->registry_.get();
   r->core_.policy = r->policy_.get();
   r->core_.admission = r->admission_.get();
+  r->lora_sync_ = std::make_unique<LoraSync>(r->metrics_.get());
   r->core_.max_attempts = options.max_attempts;
   r->core_.version = TINYSERVE_VERSION;
   r->core_.api_key = options.api_key;
@@ -106,6 +107,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   r->registry_->SetOnHealthChange([self](int healthy) {
     self->SetReady(healthy > 0 && !self->core_.draining.load());
   });
+  r->registry_->SetOnPollRound(
+      [self](const std::vector<WorkerPtr>& workers) { self->lora_sync_->Reconcile(workers); });
   r->registry_->Start();
   TS_LOG(INFO) << "router serving gRPC" << (options.tls.enabled() ? " (TLS)" : "") << " on "
                << options.host << ":" << r->port_ << ", policy "

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
+#include "router/lora_sync.h"
 #include "router/router_core.h"
 #include "router/router_service.h"
 #include "worker/server/http_frontend.h"
@@ -68,6 +69,7 @@ class RouterServer {
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<RoutingPolicy> policy_;
   std::unique_ptr<Admission> admission_;
+  std::unique_ptr<LoraSync> lora_sync_;
   RouterCore core_;
   std::unique_ptr<RouterService> service_;
   std::unique_ptr<grpc::Server> server_;

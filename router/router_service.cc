@@ -52,23 +52,52 @@ grpc::ServerUnaryReactor* Forward(
   return reactor;
 }
 
-// One Embed call: sent to the least-loaded routable worker, and again to another one (up to
-// max_attempts) when a worker is unavailable or its queue is full; embeddings have no side
-// effects. A client that cancels cancels the worker's call. Deletes itself in OnDone.
+// One Embed call: it takes a router admission slot as a Generate does (or waits for one, or is
+// refused when the queue is full), then goes to the least-loaded routable worker, and again to
+// another one (up to max_attempts) when a worker is unavailable or its queue is full;
+// embeddings have no side effects. A client that cancels leaves the queue or cancels the
+// worker's call. Deletes itself in OnDone.
 class EmbedForward final : public grpc::ServerUnaryReactor {
  public:
   EmbedForward(RouterCore* core, grpc::CallbackServerContext* context, grpc::ByteBuffer* out)
-      : core_(core), deadline_(context->deadline()), out_(out) {}
+      : core_(core), deadline_(context->deadline()), out_(out), slot_(core->admission) {}
 
   v1::EmbedRequest* request() { return &request_; }
 
+  void Admit() {
+    const Admission::Result admitted = slot_.Acquire([this] { Admitted(); }, request_.priority());
+    if (admitted == Admission::Result::kAdmitted) {
+      Admitted();
+    } else if (admitted == Admission::Result::kRejected) {
+      core_->metrics->none()->outcomes[static_cast<int>(RouterOutcome::kRejected)]->Increment();
+      End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "router queue is full; retry later"));
+    }
+  }
+
+  // Ends the call (releasing its admission slot): the last touch of `this`.
+  void End(const grpc::Status& status) {
+    slot_.Release();
+    Finish(status);
+  }
+
+ private:
+  void Admitted() {
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled = cancelled_;
+    }
+    if (cancelled) return End(GoneStatus());
+    Attempt(grpc::Status::OK);
+  }
+
   void Attempt(grpc::Status last) {
     WorkerPtr worker;
-    for (const WorkerPtr& w : core_->Candidates(tried_))
+    for (const WorkerPtr& w : core_->Candidates(tried_, request_.lora_adapter()))
       if (worker == nullptr || w->inflight() < worker->inflight()) worker = w;
     if (worker == nullptr || static_cast<int>(tried_.size()) >= core_->max_attempts) {
       if (tried_.empty()) last = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy worker");
-      return Finish(last);
+      return End(last);
     }
     if (!tried_.empty()) core_->metrics->retries().Increment();
     tried_.push_back(worker);
@@ -94,15 +123,23 @@ class EmbedForward final : public grpc::ServerUnaryReactor {
                           s.error_message().find("larger than max") == std::string::npos);
       if (again) return Attempt(s);
       if (s.ok()) *out_ = ToByteBuffer(response_);
-      Finish(s);  // last touch of `this`
+      End(s);
     });
   }
 
- private:
+  grpc::Status GoneStatus() const {
+    if (deadline_ <= std::chrono::system_clock::now())
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+  }
+
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    cancelled_ = true;
-    if (context_) context_->TryCancel();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+      if (context_) context_->TryCancel();
+    }
+    if (slot_.Cancel()) End(GoneStatus());
   }
   void OnDone() override { delete this; }
 
@@ -114,6 +151,7 @@ class EmbedForward final : public grpc::ServerUnaryReactor {
   std::mutex mu_;
   std::unique_ptr<grpc::ClientContext> context_;  // GUARDED_BY(mu_) the current attempt's
   bool cancelled_ = false;                        // GUARDED_BY(mu_)
+  AdmissionTicket slot_;
   std::vector<WorkerPtr> tried_;
 };
 
@@ -130,10 +168,10 @@ grpc::ServerUnaryReactor* RouterService::Embed(grpc::CallbackServerContext* cont
   if (!s.ok()) {
     if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
       core_->metrics->none()->outcomes[static_cast<int>(RouterOutcome::kInvalid)]->Increment();
-    call->Finish(s);
+    call->End(s);
     return call;
   }
-  call->Attempt(grpc::Status::OK);
+  call->Admit();
   return call;
 }
 
@@ -162,15 +200,6 @@ grpc::ServerUnaryReactor* RouterService::Detokenize(grpc::CallbackServerContext*
          v1::DetokenizeResponse* r, std::function<void(grpc::Status)> f) {
         a->Detokenize(c, q, r, std::move(f));
       });
-}
-
-grpc::ServerUnaryReactor* RouterService::GetModelInfo(grpc::CallbackServerContext* context,
-                                                      const v1::GetModelInfoRequest* request,
-                                                      v1::ModelInfo* response) {
-  return Forward<v1::GetModelInfoRequest, v1::ModelInfo>(
-      core_, context, request, response,
-      [](Async* a, grpc::ClientContext* c, const v1::GetModelInfoRequest* q, v1::ModelInfo* r,
-         std::function<void(grpc::Status)> f) { a->GetModelInfo(c, q, r, std::move(f)); });
 }
 
 grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* context,
@@ -227,74 +256,109 @@ grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* cont
 
 namespace {
 
-// Sends one call to every registered worker and finishes with the first failure (naming the
-// worker), else OK; `ok_if` also counts as success when at least one worker succeeded (a load
-// retried after it reached only some workers, an unload some had already done). `call` issues
-// the async call to one worker.
+// How a call sent to every worker ends.
+template <typename Resp>
+struct FanOutRules {
+  // Also a success when another worker succeeded (a load some workers already have, an unload
+  // some already did).
+  grpc::StatusCode tolerated = grpc::StatusCode::OK;
+  // OK when any worker succeeded, whatever the others said (a read such as GetModelInfo).
+  bool any_ok = false;
+  // Folds a later worker's answer into the first one's (null: the first answer stands).
+  void (*merge)(Resp* into, const Resp& from) = nullptr;
+  // Each healthy worker's deadline (within the client's).
+  int timeout_seconds = 120;
+  // Also the workers not healthy now (starting, restarting, unreachable): a change reaches one
+  // that is merely not yet marked healthy at once, and one that is down catches up later
+  // (lora_sync.h), so their failures count only when no worker succeeded; their deadline is
+  // a few seconds, so that a hung one does not hold the call up.
+  bool unhealthy_too = false;
+};
+
+// Sends one call to every healthy worker (and the others with unhealthy_too) and finishes with
+// the first failure (naming the worker), else OK. `call` issues the async call to one worker.
 template <typename Req, typename Resp>
-grpc::ServerUnaryReactor* ToEveryWorker(RouterCore* core, grpc::CallbackServerContext* context,
-                                        const Req* request, Resp* response, grpc::StatusCode ok_if,
-                                        void (*call)(Async*, grpc::ClientContext*, const Req*,
-                                                     Resp*, std::function<void(grpc::Status)>)) {
+grpc::ServerUnaryReactor* ToWorkers(RouterCore* core, grpc::CallbackServerContext* context,
+                                    const Req* request, Resp* response, FanOutRules<Resp> rules,
+                                    void (*call)(Async*, grpc::ClientContext*, const Req*, Resp*,
+                                                 std::function<void(grpc::Status)>)) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (grpc::Status s = CheckApiKey(*context, core->api_key); !s.ok()) {
     reactor->Finish(s);
     return reactor;
   }
-  const std::vector<WorkerPtr> workers = core->registry->Snapshot();
-  if (workers.empty()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker"));
+  std::vector<WorkerPtr> workers;
+  bool any_healthy = false;
+  for (const WorkerPtr& w : core->registry->Snapshot()) {
+    any_healthy = any_healthy || w->healthy();
+    if (w->healthy() || rules.unhealthy_too) workers.push_back(w);
+  }
+  if (!any_healthy) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy worker"));
     return reactor;
   }
   struct FanOut {
     std::mutex mu;
     int pending = 0, ok = 0;
-    std::optional<grpc::Status> failure, tolerated;  // GUARDED_BY(mu)
+    std::optional<grpc::Status> failure, tolerated, unhealthy_failure;  // GUARDED_BY(mu)
     Resp* response;
+    FanOutRules<Resp> rules;
     grpc::ServerUnaryReactor* reactor;
   };
   auto* fan = new FanOut;
   fan->pending = static_cast<int>(workers.size());
   fan->response = response;
+  fan->rules = std::move(rules);
   fan->reactor = reactor;
+  const auto now = std::chrono::system_clock::now();
   for (const WorkerPtr& w : workers) {
     struct One {
       grpc::ClientContext context;
       Resp response;
       WorkerPtr worker;
+      bool healthy;
     };
     auto* one = new One;
     one->worker = w;
-    one->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    one->healthy = w->healthy();
+    one->context.set_deadline(
+        std::min(context->deadline(),
+                 now + std::chrono::seconds(one->healthy ? fan->rules.timeout_seconds : 3)));
     w->Prepare(&one->context);
-    call(w->api().async(), &one->context, request, &one->response,
-         [fan, one, ok_if](grpc::Status s) {
-           bool last;
-           {
-             std::lock_guard<std::mutex> lock(fan->mu);
-             const grpc::Status named(
-                 s.error_code(),
-                 absl::StrCat("worker ", one->worker->address(), ": ", s.error_message()));
-             if (s.ok()) {
-               if (fan->ok++ == 0) *fan->response = one->response;
-             } else if (s.error_code() == ok_if) {
-               if (!fan->tolerated) fan->tolerated = named;
-             } else if (!fan->failure) {
-               fan->failure = named;
-             }
-             last = --fan->pending == 0;
-           }
-           delete one;
-           if (!last) return;
-           grpc::Status result = grpc::Status::OK;
-           if (fan->failure) {
-             result = *fan->failure;
-           } else if (fan->ok == 0 && fan->tolerated) {
-             result = *fan->tolerated;
-           }
-           fan->reactor->Finish(result);
-           delete fan;
-         });
+    call(w->api().async(), &one->context, request, &one->response, [fan, one](grpc::Status s) {
+      bool last;
+      {
+        std::lock_guard<std::mutex> lock(fan->mu);
+        const grpc::Status named(s.error_code(), absl::StrCat("worker ", one->worker->address(),
+                                                              ": ", s.error_message()));
+        if (s.ok()) {
+          if (fan->ok++ == 0) {
+            *fan->response = one->response;
+          } else if (fan->rules.merge != nullptr) {
+            fan->rules.merge(fan->response, one->response);
+          }
+        } else if (s.error_code() == fan->rules.tolerated) {
+          if (!fan->tolerated) fan->tolerated = named;
+        } else if (!one->healthy) {
+          if (!fan->unhealthy_failure) fan->unhealthy_failure = named;
+        } else if (!fan->failure) {
+          fan->failure = named;
+        }
+        last = --fan->pending == 0;
+      }
+      delete one;
+      if (!last) return;
+      grpc::Status result = grpc::Status::OK;
+      if (fan->failure && !(fan->rules.any_ok && fan->ok > 0)) {
+        result = *fan->failure;
+      } else if (fan->ok == 0 && fan->tolerated) {
+        result = *fan->tolerated;
+      } else if (fan->ok == 0 && fan->unhealthy_failure) {
+        result = *fan->unhealthy_failure;
+      }
+      fan->reactor->Finish(result);
+      delete fan;
+    });
   }
   return reactor;
 }
@@ -304,8 +368,11 @@ grpc::ServerUnaryReactor* ToEveryWorker(RouterCore* core, grpc::CallbackServerCo
 grpc::ServerUnaryReactor* RouterService::LoadLoraAdapter(grpc::CallbackServerContext* context,
                                                          const v1::LoadLoraAdapterRequest* request,
                                                          v1::LoraAdapterInfo* response) {
-  return ToEveryWorker<v1::LoadLoraAdapterRequest, v1::LoraAdapterInfo>(
-      core_, context, request, response, grpc::StatusCode::ALREADY_EXISTS,
+  FanOutRules<v1::LoraAdapterInfo> rules;
+  rules.tolerated = grpc::StatusCode::ALREADY_EXISTS;
+  rules.unhealthy_too = true;
+  return ToWorkers<v1::LoadLoraAdapterRequest, v1::LoraAdapterInfo>(
+      core_, context, request, response, std::move(rules),
       [](Async* a, grpc::ClientContext* c, const v1::LoadLoraAdapterRequest* q,
          v1::LoraAdapterInfo* r,
          std::function<void(grpc::Status)> f) { a->LoadLoraAdapter(c, q, r, std::move(f)); });
@@ -314,11 +381,36 @@ grpc::ServerUnaryReactor* RouterService::LoadLoraAdapter(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* RouterService::UnloadLoraAdapter(
     grpc::CallbackServerContext* context, const v1::UnloadLoraAdapterRequest* request,
     v1::UnloadLoraAdapterResponse* response) {
-  return ToEveryWorker<v1::UnloadLoraAdapterRequest, v1::UnloadLoraAdapterResponse>(
-      core_, context, request, response, grpc::StatusCode::NOT_FOUND,
+  FanOutRules<v1::UnloadLoraAdapterResponse> rules;
+  rules.tolerated = grpc::StatusCode::NOT_FOUND;
+  rules.unhealthy_too = true;
+  return ToWorkers<v1::UnloadLoraAdapterRequest, v1::UnloadLoraAdapterResponse>(
+      core_, context, request, response, std::move(rules),
       [](Async* a, grpc::ClientContext* c, const v1::UnloadLoraAdapterRequest* q,
          v1::UnloadLoraAdapterResponse* r,
          std::function<void(grpc::Status)> f) { a->UnloadLoraAdapter(c, q, r, std::move(f)); });
+}
+
+grpc::ServerUnaryReactor* RouterService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                      const v1::GetModelInfoRequest* request,
+                                                      v1::ModelInfo* response) {
+  // From every healthy worker: the adapters are those any of them serves (requests naming one
+  // go to a worker that has it).
+  FanOutRules<v1::ModelInfo> rules;
+  rules.any_ok = true;
+  rules.timeout_seconds = 5;  // a read: one slow worker must not hold up /v1/models
+  rules.merge = [](v1::ModelInfo* into, const v1::ModelInfo& from) {
+    for (const v1::LoraAdapterInfo& a : from.lora_adapters()) {
+      bool known = false;
+      for (const v1::LoraAdapterInfo& b : into->lora_adapters())
+        known = known || b.name() == a.name();
+      if (!known) *into->add_lora_adapters() = a;
+    }
+  };
+  return ToWorkers<v1::GetModelInfoRequest, v1::ModelInfo>(
+      core_, context, request, response, std::move(rules),
+      [](Async* a, grpc::ClientContext* c, const v1::GetModelInfoRequest* q, v1::ModelInfo* r,
+         std::function<void(grpc::Status)> f) { a->GetModelInfo(c, q, r, std::move(f)); });
 }
 
 grpc::ServerUnaryReactor* RouterService::GetServerInfo(grpc::CallbackServerContext* context,

@@ -1,10 +1,13 @@
 // File: router/router_service.h
 // The public TinyServe API as the router serves it: Generate is proxied (proxy_call.h);
-// Tokenize, Detokenize and GetModelInfo are forwarded to a healthy worker (all workers serve
-// the same model); Embed goes to the least-loaded worker, and to another when that one is
-// unavailable or full; Load/UnloadLoraAdapter go to every worker; Abort goes to every healthy
-// worker (the router does not track which worker holds which id; unknown ids are ignored there);
-// GetServerInfo is answered here.
+// Tokenize and Detokenize are forwarded to a healthy worker (all workers serve the same
+// model); Embed goes to the least-loaded worker, and to another when that one is unavailable or
+// full; Load/UnloadLoraAdapter go to every worker (one not healthy gets a few seconds,
+// and its failure counts only if no worker succeeded: lora_sync.h brings it in line later);
+// GetModelInfo goes to every healthy worker (their adapter lists merged); Abort goes to
+// every routable worker (the router does not track which worker holds which id; unknown ids are
+// ignored there); GetServerInfo is answered here. A Generate or Embed naming a LoRA adapter goes
+// to the workers that serve it (RouterCore::Candidates).
 //
 // Threading: handlers run on gRPC callback threads and never block (forwards use the async
 // client API and finish from its callback).
@@ -27,7 +30,7 @@ class RouterService final : public tinyserve::v1::TinyServe::WithRawCallbackMeth
   grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
                                   const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
-  // To every registered worker; the first failure (naming the worker) is the call's.
+  // To every worker; the first failure (naming the worker) is the call's.
   grpc::ServerUnaryReactor* LoadLoraAdapter(grpc::CallbackServerContext* context,
                                             const tinyserve::v1::LoadLoraAdapterRequest* request,
                                             tinyserve::v1::LoraAdapterInfo* response) override;

@@ -66,6 +66,29 @@ TEST(Admission, QueueIsByPriorityThenFifo) {
   EXPECT_EQ(order, (std::vector<char>{'3', '1', '4', '2'}));
 }
 
+TEST(AdmissionTicket, HoldsQueuesCancelsAndReleasesOnce) {
+  RouterMetrics metrics("test", "round_robin");
+  Admission a(/*max_inflight=*/1, /*max_queue=*/2, &metrics.waiting());
+  AdmissionTicket first(&a), second(&a), third(&a);
+  int admitted = 0;
+  EXPECT_EQ(first.Acquire([&] { ++admitted; }, 0), Admission::Result::kAdmitted);
+  EXPECT_FALSE(first.Cancel());  // holds a slot: not queued
+  EXPECT_EQ(second.Acquire([&] { ++admitted; }, 0), Admission::Result::kQueued);
+  EXPECT_EQ(third.Acquire([&] { ++admitted; }, 0), Admission::Result::kQueued);
+  EXPECT_TRUE(third.Cancel());
+  EXPECT_FALSE(third.Cancel());
+  third.Release();  // held nothing: frees nothing
+  EXPECT_EQ(a.inflight(), 1);
+  first.Release();  // the slot passes to `second`
+  first.Release();  // once only
+  EXPECT_EQ(admitted, 1);
+  EXPECT_EQ(a.inflight(), 1);
+  EXPECT_FALSE(second.Cancel());  // admitted already
+  second.Release();
+  EXPECT_EQ(a.inflight(), 0);
+  EXPECT_EQ(a.waiting(), 0);
+}
+
 class RoutingPolicyTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -90,6 +90,12 @@ v1::LoadReport WorkerHandle::load() const {
   return load_;
 }
 
+bool WorkerHandle::ServesAdapter(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto& served = load_.lora_adapters();
+  return std::find(served.begin(), served.end(), name) != served.end();
+}
+
 void WorkerHandle::AddInflight() {
   series_->inflight->Set(++inflight_);
   ++dispatched_;
@@ -292,13 +298,15 @@ void WorkerRegistry::Loop() {
       next_dns_ = now + options_.dns_interval_seconds;
     }
     int healthy = 0;
-    for (const WorkerPtr& w : Snapshot()) {
+    const std::vector<WorkerPtr> workers = Snapshot();
+    for (const WorkerPtr& w : workers) {
       Poll(w);
       w->UpdateBreakerGauge();
       healthy += w->healthy() ? 1 : 0;
     }
     if (healthy != last_healthy_ && on_health_change_) on_health_change_(healthy);
     last_healthy_ = healthy;
+    if (on_poll_round_) on_poll_round_(workers);
     lock.lock();
     cv_.wait_for(lock, std::chrono::microseconds(
                            static_cast<int64_t>(options_.health_interval_seconds * 1e6)));

@@ -67,8 +67,10 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   bool healthy() const { return healthy_.load(); }
   int inflight() const { return inflight_.load(); }
   int64_t dispatched() const { return dispatched_.load(); }
-  // Last load report (running, waiting, KV pages).
+  // Last load report (running, waiting, KV pages, adapters).
   tinyserve::v1::LoadReport load() const;
+  // Whether its last load report lists this LoRA adapter.
+  bool ServesAdapter(const std::string& name) const;
 
   // Counts a request in flight (at dispatch) and out (when its stream ends).
   void AddInflight();
@@ -116,6 +118,11 @@ class WorkerRegistry {
   int HealthyCount() const;
   // Called (on the poller thread) whenever the healthy count may have changed.
   void SetOnHealthChange(std::function<void(int healthy)> fn) { on_health_change_ = fn; }
+  // Called (on the poller thread) after each poll round is started, with every worker; their
+  // load() is the last report (LoraSync::Reconcile). Set before Start().
+  void SetOnPollRound(std::function<void(const std::vector<WorkerPtr>&)> fn) {
+    on_poll_round_ = fn;
+  }
 
  private:
   void Loop();
@@ -126,6 +133,7 @@ class WorkerRegistry {
   RegistryOptions options_;
   RouterMetrics* metrics_;
   std::function<void(int)> on_health_change_;
+  std::function<void(const std::vector<WorkerPtr>&)> on_poll_round_;
 
   mutable std::mutex mu_;
   std::vector<WorkerPtr> workers_;  // GUARDED_BY(mu_)

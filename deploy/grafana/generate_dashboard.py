@@ -169,8 +169,12 @@ def build():
     b.panel("LoRA adapters: requests/s",
             [(f"sum by (adapter) (rate(tinyserve_lora_requests_total{W}{RI}))", "{{adapter}}")],
             unit="reqps",
-            desc="Requests admitted with each LoRA adapter (workers started with --lora NAME=PATH; "
-                 "empty without adapters).")
+            desc="Requests admitted with each LoRA adapter (workers started with --lora NAME=PATH, "
+                 "or loaded at run time; empty without adapters).")
+    b.panel("Embeddings: inputs/s",
+            [(f"sum(rate(tinyserve_embedding_inputs_total{W}{RI}))", "inputs")],
+            desc="Inputs embedded by Embed calls (/v1/embeddings); each is also a finished request "
+                 "in the request and prompt-token panels.")
 
     b.row("Sparse attention (page selection)")
     b.panel("Page hit rate vs oracle (avg)",
@@ -200,6 +204,12 @@ def build():
     b.panel("Retries and migrations/s",
             [(f"sum(rate(tinyserve_router_retries_total{R}{RI}))", "retries"),
              (f"sum(rate(tinyserve_router_migrations_total{R}{RI}))", "migrations")])
+    b.panel("LoRA adapter syncs/s",
+            [(f"sum by (op, result) (rate(tinyserve_router_lora_syncs_total{R}{RI}))",
+              "{{op}} {{result}}")],
+            desc="Run-time LoRA loads and unloads the router made to bring a worker in line (one "
+                 "that joined or restarted after a load, or missed an unload); errors repeat every "
+                 "10 s until the worker can load the file (router log).")
     b.panel("Routing decisions by reason",
             [(f"sum by (reason) (rate(tinyserve_router_routing_decisions_total{R}{RI}))", "{{reason}}")],
             stacked=True)

@@ -14,7 +14,10 @@ Cases:
   drain_and_cancel    stories260K: SIGTERM in the middle of a long call lets it finish (every
                       input embedded, exit 0); a client that cancels a call through the router
                       stops the worker's inputs (nothing left running long before the call
-                      could have ended); Abort with the call's id ends it (CANCELLED)
+                      could have ended); Abort with the call's id ends it (CANCELLED); the
+                      router admits calls (--max-inflight 1 --max-queue 1: one queued, the next
+                      RESOURCE_EXHAUSTED; a cancelled queued call leaves the queue) and its
+                      drain lets the running call finish
   bad_requests        stories260K: each bad request is INVALID_ARGUMENT (HTTP 400) naming the
                       field, including malformed UTF-8 in one input; a call of 300 inputs on a
                       worker whose batch is 4 and queue 2 succeeds; a deadline ends a long call
@@ -201,6 +204,34 @@ class EmbeddingsTest(cl.ClusterCase):
                 call.result()
             self.assertEqual(e.exception.code(), grpc.StatusCode.CANCELLED)
             self.assertTrue(cl.wait_for(stopped, 30), w.server_info())
+
+        # The router admits Embed calls as it admits Generate calls: one at a time here, one
+        # more queued, the next refused; a queued call the client cancels leaves the queue; a
+        # router drain lets the running call finish.
+        w = self.cluster.worker("--max-batch", "1", "--max-step-tokens", "16", "--no-prefix-caching")
+        r = self.cluster.router([w], "--max-inflight", "1", "--max-queue", "1",
+                                "--drain-timeout", "120")
+        short = S.pb.EmbedRequest(inputs=[S.pb.EmbedInput(text="Hello")])
+
+        def waiting():
+            return cl.metric(r.metrics(), "tinyserve_router_requests_waiting")
+        with cl.channel(r.address) as ch:
+            stub = S.grpc.TinyServeStub(ch)
+            running = stub.Embed.future(many, timeout=120)
+            self.assertTrue(cl.wait_for(
+                lambda: (w.server_info() or S.pb.ServerInfo()).running > 0, 10))
+            queued = stub.Embed.future(short, timeout=120)
+            self.assertTrue(cl.wait_for(lambda: waiting() == 1, 10), waiting())
+            with self.assertRaises(grpc.RpcError) as e:
+                stub.Embed(short, timeout=10)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("router queue is full", e.exception.details())
+            queued.cancel()
+            self.assertTrue(cl.wait_for(lambda: waiting() == 0, 10), waiting())
+            self.assertFalse(running.done())
+            r.kill(signal.SIGTERM)
+            self.assertEqual(len(running.result(timeout=120).embeddings), 300)
+        self.assertEqual(r.wait(timeout=30), 0)
 
     def test_bad_requests(self):
         S = ct.S = cl.stubs()

@@ -22,13 +22,22 @@ Cases:
                       file or name, a worker that does not allow it); unloaded, requests naming
                       it are refused, and it can be loaded again; on SmolLM2, a request running
                       across the unload finishes with the adapter
+  adapters_follow_workers
+                      stories260K: a request naming an adapter only one worker has (given at
+                      start) is routed to that worker, and the router's /v1/models lists it;
+                      an adapter loaded through the router is copied onto a worker that
+                      restarted (requests naming it succeed meanwhile), and unloaded from one
+                      that was unreachable during the unload once it is back; a load through
+                      one router replica and an unload through another settle
 """
 import concurrent.futures
 import hashlib
 import json
 import os
+import signal
 import sys
 import tempfile
+import time
 import urllib.request
 
 import grpc
@@ -47,6 +56,16 @@ GOLDEN = os.path.join(HERE, "..", "golden", "smollm2", "lora.json")
 def get(port, path):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
         return json.loads(r.read())
+
+
+def load_or_unload(port, route, body):
+    """A successful /v1/load_lora_adapter or /v1/unload_lora_adapter call: its plain-text
+    answer (vLLM's); raises on an HTTP error."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/{route}",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return resp.read().decode()
 
 
 class LoraTest(cl.ClusterCase):
@@ -243,13 +262,7 @@ class LoraTest(cl.ClusterCase):
         self.assertNotEqual(want, base)
 
         def admin(route, body):
-            """A successful load/unload call: its plain-text answer (vLLM's)."""
-            req = urllib.request.Request(f"http://127.0.0.1:{r.http_port}/v1/{route}",
-                                         data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                self.assertEqual(resp.status, 200)
-                return resp.read().decode()
+            return load_or_unload(r.http_port, route, body)
 
         load = {"lora_name": "tiny", "lora_path": paths["all-r8"]}
         self.assertEqual(admin("load_lora_adapter", load),
@@ -321,6 +334,94 @@ class LoraTest(cl.ClusterCase):
             res = running.result()
         self.assertEqual(res.code, grpc.StatusCode.OK, res.details)
         self.assertEqual(res.ids, want)
+
+    def test_adapters_follow_workers(self):
+        paths = self.make_adapters(self.cluster.model, ["all-r8"])
+        with_it = self.cluster.worker("--lora", f"tiny={paths['all-r8']}")
+        without = self.cluster.worker()
+        r = self.cluster.router([with_it, without])
+
+        def greedy(address, adapter):
+            req = ct.request("Once upon a time", max_tokens=12, ignore_eos=True)
+            req.lora_adapter = adapter
+            return ct.generate(address, req, timeout=60)
+        want = greedy(with_it.address, "tiny").ids
+        # Without routing by adapter, about half of these would reach `without` and be refused.
+        for _ in range(8):
+            res = greedy(r.address, "tiny")
+            self.assertEqual(res.code, grpc.StatusCode.OK, res.details)
+            self.assertEqual(res.ids, want)
+        self.assertFalse(cl.metric(without.metrics(), "tinyserve_requests_total",
+                                   outcome="invalid"))
+        for _ in range(4):  # whichever worker answers first, the router lists both models
+            self.assertEqual([m["id"] for m in get(r.http_port, "/v1/models")["data"]][1:],
+                             ["tiny"])
+        status, body = post(r.http_port, "/v1/completions",
+                            {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 4})
+        self.assertEqual(status, 200, body)
+
+        # Run-time adapters: loaded through the router, copied onto a worker that restarted,
+        # unloaded from one that missed the unload.
+        w1 = self.cluster.worker("--allow-runtime-lora")
+        w2 = self.cluster.worker("--allow-runtime-lora")
+        r = self.cluster.router([w1, w2])
+        load_or_unload(r.http_port, "load_lora_adapter",
+                       {"lora_name": "tiny", "lora_path": paths["all-r8"]})
+
+        def adapters(w):
+            with cl.channel(w.address) as ch:
+                info = ct.S.grpc.TinyServeStub(ch).GetModelInfo(ct.S.pb.GetModelInfoRequest(),
+                                                                timeout=5)
+            return [a.name for a in info.lora_adapters]
+        self.assertEqual(adapters(w2), ["tiny"])
+        w2.start()  # SIGKILL and start again: its run-time adapters are gone
+        w2.wait_ready()
+        for _ in range(6):  # until the router copies it, requests naming it go to w1
+            res = greedy(r.address, "tiny")
+            self.assertEqual(res.code, grpc.StatusCode.OK, res.details)
+            self.assertEqual(res.ids, want)
+        self.assertTrue(cl.wait_for(lambda: adapters(w2) == ["tiny"], 15), self.cluster.logs())
+        self.assertEqual(greedy(w2.address, "tiny").ids, want)
+        self.assertGreaterEqual(cl.metric(r.metrics(), "tinyserve_router_lora_syncs_total",
+                                          op="load", result="ok"), 1)
+
+        def healthy(w):
+            return cl.metric(r.metrics(), "tinyserve_router_worker_healthy", worker=w.address)
+        w2.kill(signal.SIGSTOP)  # unreachable, not restarted: it keeps the adapter
+        try:
+            self.assertTrue(cl.wait_for(lambda: healthy(w2) == 0, 15))
+            load_or_unload(r.http_port, "unload_lora_adapter", {"lora_name": "tiny"})
+            self.assertEqual(adapters(w1), [])
+        finally:
+            w2.kill(signal.SIGCONT)
+        self.assertTrue(cl.wait_for(lambda: healthy(w2) == 1, 15))
+        self.assertTrue(cl.wait_for(lambda: adapters(w2) == [], 15), self.cluster.logs())
+        self.assertEqual(adapters(w1), [])  # not copied back from w2 meanwhile
+        self.assertGreaterEqual(cl.metric(r.metrics(), "tinyserve_router_lora_syncs_total",
+                                          op="unload", result="ok"), 1)
+
+        # Two router replicas: a load through one and an unload through the other settle (the
+        # workers hold the state; neither replica loads it back).
+        r2 = self.cluster.router([w1, w2])
+        load_or_unload(r.http_port, "load_lora_adapter",
+                       {"lora_name": "tiny", "lora_path": paths["all-r8"]})
+        self.assertEqual((adapters(w1), adapters(w2)), (["tiny"], ["tiny"]))
+        load_or_unload(r2.http_port, "unload_lora_adapter", {"lora_name": "tiny"})
+
+        def syncs():
+            return sum(cl.metric(x.metrics(), "tinyserve_router_lora_syncs_total") for x in (r, r2))
+        before = syncs()
+        time.sleep(2)
+        self.assertEqual((adapters(w1), adapters(w2)), ([], []))
+        self.assertEqual(syncs(), before)
+        # A copy's load time may not be in the future (it would outrank every later unload).
+        with cl.channel(w1.address) as ch:
+            with self.assertRaises(grpc.RpcError) as e:
+                ct.S.grpc.TinyServeStub(ch).LoadLoraAdapter(
+                    ct.S.pb.LoadLoraAdapterRequest(lora_name="tiny", lora_path=paths["all-r8"],
+                                                   loaded_at=time.time() + 3600), timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("loaded_at", e.exception.details())
 
 
 if __name__ == "__main__":

@@ -132,6 +132,7 @@ class Engine::Impl {
   };
   std::vector<std::unique_ptr<LoraInstall>> lora_installs;
   std::vector<int> lora_unloaded;  // GUARDED_BY(mu) ids whose weights are to be freed
+  std::map<std::string, double> lora_unloaded_at;  // GUARDED_BY(mu) Engine::unloaded_loras
   std::vector<int> lora_freeing;   // engine thread: those ids, freed once no sequence uses them
   void ApplyLoraChanges();
   void FailPendingLoras();
@@ -948,6 +949,7 @@ void Engine::Impl::ApplyLoraChanges() {
   std::lock_guard<std::mutex> lock(mu);
   for (auto& op : lora_installs) {
     const int id = runner->InstallLora(std::move(op->weights));
+    lora_unloaded_at.erase(op->info.name);
     loras.push_back(std::move(op->info));
     op->id.set_value(id);
   }
@@ -1318,7 +1320,13 @@ std::vector<LoraInfo> Engine::loras() const {
   return impl_->loras;
 }
 
-absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string& path) {
+std::map<std::string, double> Engine::unloaded_loras() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->lora_unloaded_at;
+}
+
+absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string& path,
+                                     double loaded_at) {
   Impl& m = *impl_;
   if (m.runner == nullptr) return absl::FailedPreconditionError("LoRA adapters need --device cpu");
   if (m.opts.tp_size != 1)
@@ -1335,7 +1343,13 @@ absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string&
   TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraAdapter> a, LoraAdapter::Open(name, path, m.model()));
   auto op = std::make_unique<Impl::LoraInstall>();
   TS_ASSIGN_OR_RETURN(op->weights, m.runner->PrepareLora(*a));
-  op->info = {name, path, a->max_rank(), a->alpha(), static_cast<int>(a->num_pairs())};
+  op->info = {name,
+              path,
+              a->max_rank(),
+              a->alpha(),
+              static_cast<int>(a->num_pairs()),
+              /*runtime=*/true,
+              loaded_at > 0 ? loaded_at : UnixSeconds()};
   std::future<int> id = op->id.get_future();
   {
     std::lock_guard<std::mutex> lock(m.mu);
@@ -1362,6 +1376,7 @@ absl::Status Engine::UnloadLora(const std::string& name) {
       return absl::NotFoundError(absl::StrCat("lora_name: no adapter named '", name, "'"));
     m.loras[id - 1].name.clear();  // unknown to new requests from now on
     m.lora_unloaded.push_back(id);
+    m.lora_unloaded_at[name] = UnixSeconds();
   }
   m.cv.notify_all();
   return absl::OkStatus();

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -229,10 +230,15 @@ class Engine {
   // the adapter on the caller's thread (a GGUF adapter or a PEFT folder, as --lora), then the
   // engine thread adds it between steps; blocks until then. Errors name the problem:
   // InvalidArgument (a bad name or file), AlreadyExists, FailedPrecondition. Returns its id.
-  absl::StatusOr<int> LoadLora(const std::string& name, const std::string& path);
+  // `loaded_at`: the Unix time to record as the load's (a copy of another worker's load keeps
+  // that load's); 0: now.
+  absl::StatusOr<int> LoadLora(const std::string& name, const std::string& path,
+                               double loaded_at = 0);
   // New requests can no longer name it; its weights are freed once no request uses it.
   // NotFound when no adapter has that name.
   absl::Status UnloadLora(const std::string& name);
+  // Names unloaded (UnloadLora) and not loaded again since, with the Unix time of the unload.
+  std::map<std::string, double> unloaded_loras() const;
   // A one-token forward on a scratch sequence: the deep health probe.
   absl::Status HealthProbe();
   // OK unless the tensor-parallel group failed (a collective error or timeout: a rank died).

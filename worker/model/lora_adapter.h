@@ -102,6 +102,8 @@ struct LoraInfo {
   int max_rank = 0;
   float alpha = 0;
   int tensors = 0;  // weights it updates (per layer and projection)
+  bool runtime = false;  // loaded at run time (Engine::LoadLora), not given at start
+  double loaded_at = 0;  // a run-time load's Unix time (or that of the load it copies)
 };
 
 // A digest of the adapters' names, ranks and tensor counts in order (not paths, which may

@@ -183,10 +183,17 @@ grpc::ServerUnaryReactor* TinyServeService::LoadLoraAdapter(
                                            "loading LoRA adapters at run time is off (start the "
                                            "worker with --allow-runtime-lora)"));
   }
+  const double at = request->loaded_at();
+  if (!(at >= 0 && at <= UnixSeconds() + 60)) {  // (NaN fails too)
+    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                           "loaded_at: must be 0 or a Unix time not in the "
+                                           "future"));
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Reading the adapter takes file I/O and a wait for the engine: off the callback thread.
   std::thread([state = state_, reactor, request, response] {
-    absl::StatusOr<int> id = state->engine->LoadLora(request->lora_name(), request->lora_path());
+    absl::StatusOr<int> id =
+        state->engine->LoadLora(request->lora_name(), request->lora_path(), request->loaded_at());
     if (!id.ok()) return reactor->Finish(ToGrpcStatus(id.status()));
     const LoraInfo l = state->engine->loras()[*id - 1];
     if (state->metrics != nullptr) state->metrics->AddLora(*id, request->lora_name());
@@ -241,6 +248,20 @@ grpc::ServerUnaryReactor* WorkerControlService::GetLoad(grpc::CallbackServerCont
   response->set_draining(state_->draining.load());
   response->set_ready(state_->ready.load());
   response->set_steps_total(s.steps_total);
+  for (const LoraInfo& lora : state_->engine->loras()) {
+    if (lora.name.empty()) continue;  // unloaded
+    response->add_lora_adapters(lora.name);
+    if (!lora.runtime) continue;
+    v1::RuntimeLoraAdapter* r = response->add_runtime_lora_adapters();
+    r->set_name(lora.name);
+    r->set_path(lora.path);
+    r->set_loaded_at(lora.loaded_at);
+  }
+  for (const auto& [name, at] : state_->engine->unloaded_loras()) {
+    v1::UnloadedLoraAdapter* u = response->add_unloaded_lora_adapters();
+    u->set_name(name);
+    u->set_unloaded_at(at);
+  }
   return FinishNow(context, grpc::Status::OK);
 }
 
