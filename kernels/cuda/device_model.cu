@@ -53,10 +53,42 @@ std::string CudaError(const char* what, cudaError_t e) {
   return s;
 }
 
-// A graph is keyed by the decode groups of a decode-only step.
+// Converts count floats to f16 or bf16 bits (~3 ns per element on one core: seconds for a 1B
+// model), on up to hardware_concurrency threads of 16K elements each at least.
+std::vector<uint16_t> ConvertTo16(const float* data, int64_t count, bool bf16) {
+  std::vector<uint16_t> conv(static_cast<size_t>(count));
+  auto convert = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (bf16) {
+        const __nv_bfloat16 v = __float2bfloat16_rn(data[i]);
+        std::memcpy(&conv[i], &v, 2);
+      } else {
+        const __half v = __float2half_rn(data[i]);
+        std::memcpy(&conv[i], &v, 2);
+      }
+    }
+  };
+  const int64_t n_threads =
+      std::clamp<int64_t>(count >> 14, 1, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (int64_t t = 1; t < n_threads; ++t)
+    threads.emplace_back(convert, count * t / n_threads, count * (t + 1) / n_threads);
+  convert(0, count / n_threads);
+  for (std::thread& t : threads) t.join();
+  return conv;
+}
+
+// A graph is keyed by the decode groups of a decode-only step and its LoRA runs.
 struct GraphKey {
   std::vector<DecodeGroup> groups;
+  std::vector<LoraRun> lora_runs;
   bool operator<(const GraphKey& o) const {
+    if (lora_runs.size() != o.lora_runs.size()) return lora_runs.size() < o.lora_runs.size();
+    for (size_t i = 0; i < lora_runs.size(); ++i) {
+      const LoraRun &a = lora_runs[i], &b = o.lora_runs[i];
+      if (!(a == b))
+        return std::make_tuple(a.lora, a.row0, a.rows) < std::make_tuple(b.lora, b.row0, b.rows);
+    }
     if (groups.size() != o.groups.size()) return groups.size() < o.groups.size();
     for (size_t i = 0; i < groups.size(); ++i) {
       const DecodeGroup &a = groups[i], &b = o.groups[i];
@@ -100,6 +132,22 @@ struct DeviceModel::Impl {
   std::vector<Layer> layers;
   void *embed = nullptr, *out_norm = nullptr, *lm_head = nullptr;
 
+  // LoRA adapters: per layer and product, a [rank][in] and b [out][rank] in one device block.
+  struct LoraProduct {
+    int rank = 0;
+    void *a = nullptr, *b = nullptr;
+  };
+  struct LoraLayerDev {
+    LoraProduct qkv, o, gate_up, down;
+  };
+  struct Lora {
+    void* block = nullptr;  // null once removed
+    std::vector<LoraLayerDev> layers;
+  };
+  std::vector<Lora> loras;       // [id - 1]
+  void* lora_tmp = nullptr;      // [max_tokens][lora_tmp_rank]: x·aᵀ of one run
+  int lora_tmp_rank = 0;
+
   // Activations.
   void *x, *h, *qkv, *attn, *tmp, *gu, *act, *hsel;
   void* hidden_dev = nullptr;   // embeddings: the asked-for rows of h, gathered
@@ -131,6 +179,8 @@ struct DeviceModel::Impl {
     cudaSetDevice(c.device);  // the frees below act on the current device
     for (auto& [k, g] : graphs)
       if (g.exec) cudaGraphExecDestroy(g.exec);
+    for (Lora& a : loras) cudaFree(a.block);
+    cudaFree(lora_tmp);
     for (void* p : device_allocs) cudaFree(p);
     for (void* p : host_allocs) cudaFreeHost(p);
     if (stream) cudaStreamDestroy(stream);
@@ -155,6 +205,24 @@ struct DeviceModel::Impl {
     return true;
   }
   bool Tiered(int layer) const { return c.device_pages > 0 && layer >= c.resident_layers; }
+  // Destroys the captured graphs (all, or those naming adapter `lora`).
+  void DropGraphs(int lora = 0) {
+    for (auto it = graphs.begin(); it != graphs.end();) {
+      const auto& runs = it->first.lora_runs;
+      if (lora == 0 || std::any_of(runs.begin(), runs.end(),
+                                   [lora](const LoraRun& r) { return r.lora == lora; })) {
+        if (it->second.exec) cudaGraphExecDestroy(it->second.exec);
+        it = graphs.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  int AddLora(const std::vector<DeviceLoraLayer>& layers, std::string* error);
+  // y[rows of each run] += (x·aᵀ)·bᵀ for the runs' adapters' `product` of layer l (x [T][K],
+  // y [T][N]).
+  cudaError_t AddLoraUpdates(const StepPlan& plan, int l, LoraProduct LoraLayerDev::*product,
+                             const void* x, int K, void* y, int N);
   int64_t PageBytes() const {  // K + V of one page of one layer
     return 2 * int64_t{c.n_kv_heads} * c.page_size * c.head_dim * static_cast<int64_t>(elt);
   }
@@ -501,6 +569,104 @@ cudaError_t DeviceModel::Impl::DecodeAttention(int layer, const DecodeGroup& g,
   return AttendPageLists(p, slot_lists_dev, slot_counts_dev, stream);
 }
 
+cudaError_t DeviceModel::Impl::AddLoraUpdates(const StepPlan& plan, int l,
+                                              LoraProduct LoraLayerDev::*product, const void* x,
+                                              int K, void* y, int N) {
+  for (const LoraRun& run : plan.lora_runs) {
+    const LoraProduct& u = loras[run.lora - 1].layers[l].*product;
+    if (u.rank == 0) continue;
+    const char* xr = static_cast<const char*>(x) + size_t(run.row0) * K * elt;
+    char* yr = static_cast<char*>(y) + size_t(run.row0) * N * elt;
+    cudaError_t e = gemm.Linear(dt, xr, u.a, lora_tmp, run.rows, u.rank, K, stream);
+    if (e == cudaSuccess) e = gemm.Linear(dt, lora_tmp, u.b, yr, run.rows, N, u.rank, stream, 1.f);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+int DeviceModel::Impl::AddLora(const std::vector<DeviceLoraLayer>& in, std::string* error) {
+  if (static_cast<int>(in.size()) != c.n_layers) {
+    *error = "LoRA adapter has " + std::to_string(in.size()) + " layers, the model " +
+             std::to_string(c.n_layers);
+    return 0;
+  }
+  // Shapes ([in, out] per product) and the block's size.
+  const int D = c.dim, F = c.ffn_dim;
+  const std::pair<const DeviceLoraUpdate DeviceLoraLayer::*, std::pair<int, int>> products[] = {
+      {&DeviceLoraLayer::qkv, {D, qkv_dim}},
+      {&DeviceLoraLayer::o, {qdim, D}},
+      {&DeviceLoraLayer::gate_up, {D, 2 * F}},
+      {&DeviceLoraLayer::down, {F, D}}};
+  const char* names[] = {"qkv", "o", "gate_up", "down"};
+  size_t total = 0;
+  int max_rank = 0;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int p = 0; p < 4; ++p) {
+      const DeviceLoraUpdate& u = in[l].*(products[p].first);
+      const auto [K, N] = products[p].second;
+      if (u.rank < 0 || u.rank > 4096 || u.a.size() != size_t(u.rank) * K ||
+          u.b.size() != size_t(N) * u.rank) {
+        *error = "LoRA update of layer " + std::to_string(l) + " " + names[p] + ": rank " +
+                 std::to_string(u.rank) + " with " + std::to_string(u.a.size()) + " + " +
+                 std::to_string(u.b.size()) + " elements does not fit [" + std::to_string(K) +
+                 " -> " + std::to_string(N) + "]";
+        return 0;
+      }
+      // 256-byte aligned pieces (cuBLAS prefers 16-byte operands).
+      total += (u.a.size() * elt + 255) / 256 * 256 + (u.b.size() * elt + 255) / 256 * 256;
+      max_rank = std::max(max_rank, u.rank);
+    }
+  if (cudaError_t e = cudaSetDevice(c.device); e != cudaSuccess) {
+    *error = CudaError("cudaSetDevice", e);
+    return 0;
+  }
+  Lora a;
+  if (cudaError_t e = cudaMalloc(&a.block, std::max<size_t>(total, 256)); e != cudaSuccess) {
+    *error = CudaError("cudaMalloc (LoRA adapter)", e) + " for " + std::to_string(total) + " bytes";
+    return 0;
+  }
+  a.layers.resize(c.n_layers);
+  char* at = static_cast<char*>(a.block);
+  cudaError_t e = cudaSuccess;
+  auto upload = [&](const std::vector<float>& v) {
+    void* dst = at;
+    at += (v.size() * elt + 255) / 256 * 256;
+    if (e == cudaSuccess && !v.empty()) {
+      const std::vector<uint16_t> conv = ConvertTo16(v.data(), int64_t(v.size()), c.bf16);
+      e = cudaMemcpy(dst, conv.data(), conv.size() * 2, cudaMemcpyHostToDevice);
+    }
+    return dst;
+  };
+  using Product = LoraProduct LoraLayerDev::*;
+  const Product dev[] = {&LoraLayerDev::qkv, &LoraLayerDev::o, &LoraLayerDev::gate_up,
+                         &LoraLayerDev::down};
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int p = 0; p < 4; ++p) {
+      const DeviceLoraUpdate& u = in[l].*(products[p].first);
+      LoraProduct& d = a.layers[l].*dev[p];
+      d.rank = u.rank;
+      d.a = upload(u.a);
+      d.b = upload(u.b);
+    }
+  if (e == cudaSuccess && max_rank > lora_tmp_rank) {
+    // A bigger scratch: the graphs captured with the old one go.
+    DropGraphs();
+    cudaFree(lora_tmp);
+    lora_tmp = nullptr;
+    lora_tmp_rank = 0;
+    e = cudaMalloc(&lora_tmp, size_t(c.max_tokens) * max_rank * elt);
+    if (e == cudaSuccess) lora_tmp_rank = max_rank;
+  }
+  if (e != cudaSuccess) {
+    *error = CudaError("LoRA adapter upload", e);
+    cudaFree(a.block);
+    return 0;
+  }
+  uploads_pending = true;  // as SetWeight: the next step waits for the copies
+  loras.push_back(std::move(a));
+  return static_cast<int>(loras.size());
+}
+
 cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where) {
   const int D = c.dim, F = c.ffn_dim, hd = c.head_dim;
   const int T = plan.rows, n_seq = plan.n_seq, nd = plan.nd;
@@ -522,6 +688,7 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
     TS_ENQ(RmsNorm(dt, l == 0 ? x : tmp, L.attn_norm, h, l == 0 ? nullptr : x, T, D, c.norm_eps,
                    stream));
     TS_ENQ(gemm.Linear(dt, h, L.wqkv, qkv, T, qkv_dim, D, stream));
+    TS_ENQ(AddLoraUpdates(plan, l, &LoraLayerDev::qkv, h, D, qkv, qkv_dim));
     RopeParams rp;
     rp.dtype = dt;
     rp.q = qkv;
@@ -562,10 +729,13 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
       TS_ENQ(PrefillAttention(pp, stream));
     }
     TS_ENQ(gemm.Linear(dt, attn, L.wo, tmp, T, D, qdim, stream));
+    TS_ENQ(AddLoraUpdates(plan, l, &LoraLayerDev::o, attn, qdim, tmp, D));
     TS_ENQ(RmsNorm(dt, tmp, L.ffn_norm, h, x, T, D, c.norm_eps, stream));
     TS_ENQ(gemm.Linear(dt, h, L.wgu, gu, T, 2 * F, D, stream));
+    TS_ENQ(AddLoraUpdates(plan, l, &LoraLayerDev::gate_up, h, D, gu, 2 * F));
     TS_ENQ(SwiGlu(dt, gu, 2 * F, row(gu, 0, 1) + size_t(F) * elt, 2 * F, act, F, T, F, stream));
     TS_ENQ(gemm.Linear(dt, act, L.wdown, tmp, T, D, F, stream));
+    TS_ENQ(AddLoraUpdates(plan, l, &LoraLayerDev::down, act, F, tmp, D));
   }
   TS_ENQ(RmsNorm(dt, tmp, out_norm, h, x, T, D, c.norm_eps, stream));
   LaunchKernel(GatherRowsKernel, n_logit_rows, 128, 0, stream, static_cast<const uint4*>(h),
@@ -608,6 +778,11 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
   lim.num_pages = c.num_pages;
   lim.vocab = c.vocab;
   if (!PlanStep(batch, lim, &plan, error)) return false;
+  for (const LoraRun& run : plan.lora_runs)
+    if (run.lora > static_cast<int>(loras.size()) || loras[run.lora - 1].block == nullptr) {
+      *error = "LoRA adapter id " + std::to_string(run.lora) + " is not loaded";
+      return false;
+    }
   const int n_seq = plan.n_seq, nd = plan.nd, P = c.page_size, W = c.max_pages_per_seq;
   const int n_logit_rows = static_cast<int>(plan.logit_rows.size());
   const std::vector<DecodeGroup>& groups = plan.groups;
@@ -639,7 +814,7 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
                          n_logit_rows == n_seq;
   GraphEntry* ge = nullptr;
   if (graphable) {
-    GraphKey key{groups};
+    GraphKey key{groups, plan.lora_runs};
     auto it = graphs.find(key);
     if (it != graphs.end() || graphs.size() < kMaxGraphs) ge = &graphs[key];
   }
@@ -841,27 +1016,7 @@ bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64
              std::to_string(expect);
     return false;
   }
-  // The conversion (~3 ns per element on one core: seconds for a 1B model) runs on up to
-  // hardware_concurrency threads, 16K elements each at least.
-  std::vector<uint16_t> conv(static_cast<size_t>(count));
-  auto convert = [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      if (c.bf16) {
-        const __nv_bfloat16 v = __float2bfloat16_rn(data[i]);
-        std::memcpy(&conv[i], &v, 2);
-      } else {
-        const __half v = __float2half_rn(data[i]);
-        std::memcpy(&conv[i], &v, 2);
-      }
-    }
-  };
-  const int64_t n_threads =
-      std::clamp<int64_t>(count >> 14, 1, std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (int64_t t = 1; t < n_threads; ++t)
-    threads.emplace_back(convert, count * t / n_threads, count * (t + 1) / n_threads);
-  convert(0, count / n_threads);
-  for (std::thread& t : threads) t.join();
+  const std::vector<uint16_t> conv = ConvertTo16(data, count, c.bf16);
   cudaError_t e = cudaMemcpy(static_cast<char*>(base) + offset * 2, conv.data(), count * 2,
                              cudaMemcpyHostToDevice);
   // A pageable copy may return before its DMA lands, and Forward's non-blocking stream is not
@@ -872,6 +1027,19 @@ bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64
     return false;
   }
   return true;
+}
+
+int DeviceModel::AddLora(const std::vector<DeviceLoraLayer>& layers, std::string* error) {
+  return impl_->AddLora(layers, error);
+}
+
+void DeviceModel::RemoveLora(int id) {
+  Impl& m = *impl_;
+  if (id < 1 || id > static_cast<int>(m.loras.size()) || m.loras[id - 1].block == nullptr) return;
+  cudaSetDevice(m.c.device);
+  m.DropGraphs(id);
+  cudaFree(m.loras[id - 1].block);  // waits for the device (no step is in flight between calls)
+  m.loras[id - 1] = Impl::Lora();
 }
 
 bool DeviceModel::Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits,

@@ -90,6 +90,20 @@ struct DeviceSeq {
   bool hidden = false;              // return its rows' hidden states (Forward's *hidden)
   bool hidden_last = false;         // with hidden: the last row's only
   DeviceAttention attention;        // used when n == 1
+  int lora = 0;                     // a LoRA adapter's id (DeviceModel::AddLora); 0: none
+};
+
+// A LoRA adapter's update of one of a layer's four products (the fused QKV, O, the fused
+// gate|up, down), host floats: y += (x·aᵀ)·bᵀ with a [rank][in] and b [out][rank] (nn.Linear
+// layouts). For a fused product each part's A rows are stacked in `a` and its B sits in its own
+// rows and A columns of `b`, zeros elsewhere; the adapter's scale is folded into b. rank 0: the
+// adapter leaves the product alone.
+struct DeviceLoraUpdate {
+  int rank = 0;
+  std::vector<float> a, b;
+};
+struct DeviceLoraLayer {
+  DeviceLoraUpdate qkv, o, gate_up, down;
 };
 
 // Selection accounting of one decode sequence in one step, as worker/select's StepStats counts
@@ -135,6 +149,15 @@ class DeviceModel {
   bool Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits, std::string* error,
                std::vector<float>* hidden = nullptr);
   const DeviceStepStats& last_stats() const;
+  // Uploads a LoRA adapter (one DeviceLoraLayer per layer, converted to the model dtype) and
+  // returns its id for DeviceSeq::lora: 1, 2, ... in the order added, never reused. A row with an
+  // adapter gets each updated product through two more GEMMs over the consecutive rows sharing
+  // it (the step plan puts a decode group's rows of one adapter together). 0 (and *error) on a
+  // shape that does not fit the model or a CUDA failure.
+  int AddLora(const std::vector<DeviceLoraLayer>& layers, std::string* error);
+  // Frees an adapter's device memory (and the CUDA graphs that name it); no sequence may name it
+  // afterwards.
+  void RemoveLora(int id);
   // For benchmarks: fills positions [0, n_tokens) of the sequence owning `pages` (as a Forward
   // would take them) with random keys and values, uniform in [-1, 1) from `seed`, in every
   // layer, key boxes included, as a prefill of that length leaves the cache (a real prefill of

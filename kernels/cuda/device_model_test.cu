@@ -3,6 +3,7 @@
 // the device stores them): prefill chunks, batched decode, mixed steps, CUDA-graph replay
 // (bit-identical to eager), Quest, and the tiered KV cache (bit-identical to the all-device
 // cache, with hits, misses and bytes moved counted). Skips without a GPU.
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -394,6 +395,156 @@ TEST_F(DeviceModelTest, FillKvRandomIsDeterministicAndChecked) {
   const int32_t pages[] = {0, 1};
   EXPECT_FALSE(m->FillKvRandom(pages, 2, 33, 1, &err));  // 33 tokens need 3 pages
   EXPECT_NE(err.find("do not fit"), std::string::npos) << err;
+}
+
+// A random LoRA adapter (its own rank per projection, none on wk) for `w`, and the weights it
+// merges to (W + B·A): what the adapter's rows must compute.
+struct RandomLora {
+  std::vector<DeviceLoraLayer> layers;
+  Weights merged;
+};
+
+RandomLora MakeLora(const DeviceModelConfig& c, const Weights& w, uint32_t seed) {
+  std::mt19937 rng(seed);
+  RandomLora out{std::vector<DeviceLoraLayer>(c.n_layers), w};
+  // One fused product: its parts' weights (null: not adapted, rows skipped), rows and ranks.
+  struct Part {
+    std::vector<float>* merged;
+    int rows, rank;
+  };
+  auto product = [&](int in, const std::vector<Part>& parts) {
+    DeviceLoraUpdate u;
+    int out_rows = 0;
+    for (const Part& p : parts) {
+      if (p.merged != nullptr) u.rank += p.rank;
+      out_rows += p.rows;
+    }
+    u.a.assign(size_t(u.rank) * in, 0.f);
+    u.b.assign(size_t(out_rows) * u.rank, 0.f);
+    int r0 = 0, o0 = 0;
+    for (const Part& p : parts) {
+      if (p.merged != nullptr) {
+        const std::vector<float> a =
+            testing::RandomRounded(rng, DType::kF16, size_t(p.rank) * in, -1.f, 1.f);
+        std::vector<float> b =
+            testing::RandomRounded(rng, DType::kF16, size_t(p.rows) * p.rank, -1.f, 1.f);
+        const float s = 1.f / std::sqrt(float(in) * p.rank);  // the adapter's scale
+        for (float& v : b) v = RoundTo(DType::kF16, v * s);
+        for (int j = 0; j < p.rank; ++j)
+          std::copy(a.begin() + size_t(j) * in, a.begin() + size_t(j + 1) * in,
+                    u.a.begin() + size_t(r0 + j) * in);
+        for (int o = 0; o < p.rows; ++o)
+          for (int j = 0; j < p.rank; ++j) {
+            const float bv = b[size_t(o) * p.rank + j];
+            u.b[size_t(o0 + o) * u.rank + r0 + j] = bv;
+            for (int i = 0; i < in; ++i)
+              (*p.merged)[size_t(o) * in + i] += bv * a[size_t(j) * in + i];
+          }
+        r0 += p.rank;
+      }
+      o0 += p.rows;
+    }
+    return u;
+  };
+  const int qd = c.n_heads * c.head_dim, kd = c.n_kv_heads * c.head_dim;
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto& M = out.merged.layers[l];
+    DeviceLoraLayer& L = out.layers[l];
+    L.qkv = product(c.dim, {{&M.wq, qd, 4}, {nullptr, kd, 0}, {&M.wv, kd, 2}});
+    L.o = product(qd, {{&M.wo, c.dim, 3}});
+    L.gate_up = product(c.dim, {{&M.wgate, c.ffn_dim, 2}, {&M.wup, c.ffn_dim, 5}});
+    if (l != 1) L.down = product(c.ffn_dim, {{&M.wdown, c.dim, 8}});  // layer 1: none
+  }
+  return out;
+}
+
+std::vector<float> Row(const std::vector<float>& logits, int i, int vocab) {
+  return std::vector<float>(logits.begin() + size_t(i) * vocab,
+                            logits.begin() + size_t(i + 1) * vocab);
+}
+
+// LoRA: rows of an adapter compute what the merged weights compute, base rows in the same batch
+// the base model's, through prefill, mixed and graph-replayed decode steps; a removed adapter's
+// id is refused and its graphs go; a bad adapter is refused.
+TEST_F(DeviceModelTest, LoraRowsMatchMergedWeightsAndBaseRowsTheBase) {
+  const DeviceModelConfig c = SmallConfig();
+  const Weights w = MakeWeights(c, 21);
+  const RandomLora lora = MakeLora(c, w, 22);
+  auto m = Upload(c, w);
+  ASSERT_NE(m, nullptr);
+  std::string err;
+  ASSERT_EQ(m->AddLora(lora.layers, &err), 1) << err;
+  std::mt19937 rng(23);
+  Seq a{RandomTokens(rng, 60, c.vocab), {3, 9, 1, 20}, 0};
+  Seq b{RandomTokens(rng, 60, c.vocab), {11, 2, 30, 4}, 0};
+  Seq d{RandomTokens(rng, 60, c.vocab), {12, 13, 14, 15}, 0};
+  RefModel ra(c, lora.merged), rb(c, w), rd(c, lora.merged), a_base(c, w);
+  auto with = [](DeviceSeq s, int id) {
+    s.lora = id;
+    return s;
+  };
+  std::vector<float> logits, ref_a, ref_b, ref_base;
+  // Prefill: a (adapter) 30 tokens, b (base) 25.
+  ASSERT_TRUE(m->Forward({with(Input(a, 30, false), 1), Input(b, 25, false)}, &logits, &err))
+      << err;
+  for (int i = 0; i < 30; ++i) ref_a = ra.Step(a.tokens[i]), ref_base = a_base.Step(a.tokens[i]);
+  for (int i = 0; i < 25; ++i) ref_b = rb.Step(b.tokens[i]);
+  EXPECT_TRUE(testing::AllClose("lora prefill a", Row(logits, 0, c.vocab), ref_a, kTol, kTol));
+  EXPECT_TRUE(testing::AllClose("lora prefill b", Row(logits, 1, c.vocab), ref_b, kTol, kTol));
+  // The adapter matters: a's logits are far from the base model's.
+  float far = 0;
+  for (int i = 0; i < c.vocab; ++i) far = std::max(far, std::fabs(logits[i] - ref_base[i]));
+  EXPECT_GT(far, 0.5f);
+  a.done = 30;
+  b.done = 25;
+  // Mixed: d (adapter) prefills 20 while a and b decode; then decode steps of all three (the
+  // graph is captured on the second and replayed after).
+  ASSERT_TRUE(m->Forward({Input(b, 1, false), with(Input(d, 20, false), 1),
+                          with(Input(a, 1, false), 1)},
+                         &logits, &err))
+      << err;
+  for (int i = 0; i < 20; ++i) ref_a = rd.Step(d.tokens[i]);
+  EXPECT_TRUE(testing::AllClose("mixed b", Row(logits, 0, c.vocab), rb.Step(b.tokens[25]), kTol,
+                                kTol));
+  EXPECT_TRUE(testing::AllClose("mixed d", Row(logits, 1, c.vocab), ref_a, kTol, kTol));
+  EXPECT_TRUE(testing::AllClose("mixed a", Row(logits, 2, c.vocab), ra.Step(a.tokens[30]), kTol,
+                                kTol));
+  a.done++, b.done++, d.done = 20;
+  auto decode_step = [&](int id, const std::string& tag) {
+    ASSERT_TRUE(m->Forward({with(Input(a, 1, false), id), Input(b, 1, false),
+                            with(Input(d, 1, false), id)},
+                           &logits, &err))
+        << err;
+    EXPECT_TRUE(testing::AllClose(tag + " a", Row(logits, 0, c.vocab), ra.Step(a.tokens[a.done]),
+                                  kTol, kTol));
+    EXPECT_TRUE(testing::AllClose(tag + " b", Row(logits, 1, c.vocab), rb.Step(b.tokens[b.done]),
+                                  kTol, kTol));
+    EXPECT_TRUE(testing::AllClose(tag + " d", Row(logits, 2, c.vocab), rd.Step(d.tokens[d.done]),
+                                  kTol, kTol));
+    a.done++, b.done++, d.done++;
+  };
+  for (int step = 0; step < 4; ++step) {
+    decode_step(1, "decode " + std::to_string(step));
+    EXPECT_EQ(m->last_stats().graph_replayed, step >= 1) << "step " << step;
+  }
+  // Removed: its id is refused; the same adapter added again gets id 2 and a fresh graph.
+  m->RemoveLora(1);
+  EXPECT_FALSE(m->Forward({with(Input(a, 1, false), 1)}, &logits, &err));
+  EXPECT_NE(err.find("LoRA adapter id 1 is not loaded"), std::string::npos) << err;
+  ASSERT_EQ(m->AddLora(lora.layers, &err), 2) << err;
+  for (int step = 0; step < 3; ++step) {
+    decode_step(2, "re-added " + std::to_string(step));
+    EXPECT_EQ(m->last_stats().graph_replayed, step >= 1) << "step " << step;
+  }
+  // Shapes that do not fit.
+  std::vector<DeviceLoraLayer> bad = lora.layers;
+  bad.pop_back();
+  EXPECT_EQ(m->AddLora(bad, &err), 0);
+  EXPECT_NE(err.find("layers"), std::string::npos) << err;
+  bad = lora.layers;
+  bad[2].o.b.pop_back();
+  EXPECT_EQ(m->AddLora(bad, &err), 0);
+  EXPECT_NE(err.find("layer 2 o"), std::string::npos) << err;
 }
 
 TEST_F(DeviceModelTest, BadInputIsRefused) {

@@ -35,6 +35,10 @@ bool PlanStep(const std::vector<DeviceSeq>& batch, const StepLimits& lim, StepPl
         *error = "token id " + std::to_string(s.tokens[i]) + " is out of range";
         return false;
       }
+    if (s.lora < 0) {
+      *error = "LoRA adapter id " + std::to_string(s.lora) + " is negative";
+      return false;
+    }
     if (s.n == 1 && s.attention.quest && s.attention.budget_pages < 1) {
       *error = "quest budget_pages must be >= 1";
       return false;
@@ -58,6 +62,18 @@ bool PlanStep(const std::vector<DeviceSeq>& batch, const StepLimits& lim, StepPl
     for (int j = i; j < n_seq; ++j)
       if (batch[j].n == 1 && batch[j].attention == g.att) p.order.push_back(j);
     g.size = static_cast<int>(p.order.size()) - g.begin;
+    // One adapter's sequences together (first-seen order of adapters): fewer LoRA GEMMs.
+    std::vector<int> first_seen;
+    for (int k = g.begin; k < g.begin + g.size; ++k) {
+      const int id = batch[p.order[k]].lora;
+      if (std::find(first_seen.begin(), first_seen.end(), id) == first_seen.end())
+        first_seen.push_back(id);
+    }
+    auto rank = [&](int j) {
+      return std::find(first_seen.begin(), first_seen.end(), batch[j].lora) - first_seen.begin();
+    };
+    std::stable_sort(p.order.begin() + g.begin, p.order.end(),
+                     [&](int a, int b) { return rank(a) < rank(b); });
     p.groups.push_back(g);
   }
   p.nd = static_cast<int>(p.order.size());
@@ -81,6 +97,13 @@ bool PlanStep(const std::vector<DeviceSeq>& batch, const StepLimits& lim, StepPl
       p.positions.push_back(static_cast<int32_t>(s.start_pos + i));
     }
     p.new_indptr[k + 1] = static_cast<int32_t>(p.ids.size());
+    if (s.lora != 0) {
+      if (!p.lora_runs.empty() && p.lora_runs.back().lora == s.lora &&
+          p.lora_runs.back().row0 + p.lora_runs.back().rows == first_row[p.order[k]])
+        p.lora_runs.back().rows += s.n;
+      else
+        p.lora_runs.push_back({s.lora, first_row[p.order[k]], s.n});
+    }
     p.seq_len[k] = static_cast<int>(s.start_pos + s.n);
     p.seq_lens[k] = p.seq_len[k];
     p.page_indptr[k] = k * W;

@@ -1,7 +1,8 @@
 // File: kernels/cuda/step_plan.h
 // The host half of DeviceModel::Forward (plain C++, tested on the CPU): checks a batch and lays
 // it out for the kernels. Rows are reordered: decode sequences (one new token) first, grouped by
-// attention spec in first-seen order (each group is one decode-attention call), then the prefill
+// attention spec in first-seen order (each group is one decode-attention call; within a group,
+// sequences of one LoRA adapter sit together, in first-seen order of adapters), then the prefill
 // sequences. Page tables have a fixed width (max_pages_per_seq, padded with page 0) so that a
 // decode step's kernels can be captured in a CUDA graph and replayed with new values.
 #pragma once
@@ -18,6 +19,14 @@ namespace tinyserve::cuda {
 struct DecodeGroup {
   int begin = 0, size = 0;
   DeviceAttention att;
+};
+
+// Rows [row0, row0 + rows) of the plan run LoRA adapter `lora` (never 0).
+struct LoraRun {
+  int lora = 0, row0 = 0, rows = 0;
+  bool operator==(const LoraRun& o) const {
+    return lora == o.lora && row0 == o.row0 && rows == o.rows;
+  }
 };
 
 struct StepLimits {
@@ -45,11 +54,12 @@ struct StepPlan {
   std::vector<int32_t> q_indptr;              // [n_seq - nd + 1] rows of each prefill sequence
   std::vector<int32_t> logit_rows;            // rows whose logits are returned, batch order
   std::vector<int32_t> hidden_rows;           // DeviceSeq::hidden sequences' rows, batch order
+  std::vector<LoraRun> lora_runs;             // maximal runs of rows sharing an adapter
 };
 
 // False (and *error naming the problem) for an empty sequence, a token outside the vocabulary,
 // a page table that does not cover the tokens or names a page outside the pool, a Quest budget
-// below one page, or more sequences, rows or pages than the limits.
+// below one page, a negative LoRA id, or more sequences, rows or pages than the limits.
 bool PlanStep(const std::vector<DeviceSeq>& batch, const StepLimits& limits, StepPlan* plan,
               std::string* error);
 

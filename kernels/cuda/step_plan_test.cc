@@ -98,6 +98,48 @@ TEST(StepPlanTest, PrefillChunkSpanningPages) {
   EXPECT_EQ(p.q_indptr, (std::vector<int32_t>{0, 7}));
 }
 
+// LoRA: a decode group's sequences of one adapter sit together (first-seen order of adapters,
+// batch order within one), and rows sharing an adapter form one run; base rows (0) break runs.
+TEST(StepPlanTest, LoraRunsGroupDecodeRowsByAdapter) {
+  const Seq s{{1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}};
+  std::vector<DeviceSeq> batch;
+  for (int lora : {2, 0, 1, 2}) {  // four decode sequences, one group
+    batch.push_back(In(s, 4, 1));
+    batch.back().lora = lora;
+  }
+  StepLimits lim = Limits();
+  lim.max_batch = 8;
+  batch.push_back(In(s, 0, 3));  // a prefill of adapter 2 after the decode rows
+  batch.back().lora = 2;
+  batch.push_back(In(s, 0, 2));  // and one of adapter 1
+  batch.back().lora = 1;
+  StepPlan p;
+  std::string err;
+  ASSERT_TRUE(PlanStep(batch, lim, &p, &err)) << err;
+  EXPECT_EQ(p.order, (std::vector<int>{0, 3, 1, 2, 4, 5}));
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].size, 4);
+  // Rows: 0-1 adapter 2 (decodes), 2 base, 3 adapter 1, 4-6 adapter 2 (prefill), 7-8 adapter 1.
+  EXPECT_EQ(p.lora_runs, (std::vector<LoraRun>{{2, 0, 2}, {1, 3, 1}, {2, 4, 3}, {1, 7, 2}}));
+  // Logits still come back in batch order.
+  EXPECT_EQ(p.logit_rows, (std::vector<int32_t>{0, 2, 3, 1, 6, 8}));
+  // Two decode groups: each keeps its own rows, and adjacent rows of one adapter still merge.
+  std::vector<DeviceSeq> split = {In(s, 4, 1), In(s, 4, 1), In(s, 4, 1)};
+  split[0].lora = split[2].lora = 3;
+  DeviceAttention quest;
+  quest.quest = true;
+  quest.budget_pages = 1;
+  split[1].attention = quest;  // its own group, between the two
+  ASSERT_TRUE(PlanStep(split, lim, &p, &err)) << err;
+  EXPECT_EQ(p.order, (std::vector<int>{0, 2, 1}));
+  EXPECT_EQ(p.lora_runs, (std::vector<LoraRun>{{3, 0, 2}}));
+  split[1].attention = DeviceAttention();
+  split[1].lora = 0;
+  ASSERT_TRUE(PlanStep(split, lim, &p, &err)) << err;
+  EXPECT_EQ(p.order, (std::vector<int>{0, 2, 1}));  // adapter 3 first-seen, then the base
+  EXPECT_EQ(p.lora_runs, (std::vector<LoraRun>{{3, 0, 2}}));
+}
+
 TEST(StepPlanTest, BadBatchesAreRefusedNamingTheProblem) {
   StepPlan p;
   std::string err;
@@ -122,6 +164,10 @@ TEST(StepPlanTest, BadBatchesAreRefusedNamingTheProblem) {
   zero.budget_pages = 0;
   EXPECT_FALSE(PlanStep({In(a, 4, 1, false, zero)}, Limits(), &p, &err));
   EXPECT_NE(err.find("budget_pages"), std::string::npos) << err;
+  DeviceSeq negative = In(a, 0, 2);
+  negative.lora = -1;
+  EXPECT_FALSE(PlanStep({negative}, Limits(), &p, &err));
+  EXPECT_NE(err.find("LoRA adapter id -1"), std::string::npos) << err;
   EXPECT_FALSE(PlanStep({In(a, 0, 1), In(a, 0, 1), In(a, 0, 1), In(a, 0, 1), In(a, 0, 1)},
                         Limits(), &p, &err));
   EXPECT_NE(err.find("max_batch"), std::string::npos) << err;

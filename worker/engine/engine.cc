@@ -126,9 +126,10 @@ class Engine::Impl {
   // Runtime LoRA loading (Engine::LoadLora): adapters read on the caller's thread, installed
   // by the engine thread between steps. GUARDED_BY(mu).
   struct LoraInstall {
-    TransformerRunner::PreparedLora weights;
+    TransformerRunner::PreparedLora weights;  // the CPU runner's
+    CudaRunner::PreparedLora cuda_weights;    // or the CUDA runner's
     LoraInfo info;
-    std::promise<int> id;
+    std::promise<absl::StatusOr<int>> id;
   };
   std::vector<std::unique_ptr<LoraInstall>> lora_installs;
   std::vector<int> lora_unloaded;  // GUARDED_BY(mu) ids whose weights are to be freed
@@ -939,7 +940,8 @@ void Engine::Impl::Loop() {
 void Engine::Impl::FailPendingLoras() {
   // Loads that came too late: their callers get an error, not a wait.
   std::lock_guard<std::mutex> lock(mu);
-  for (auto& op : lora_installs) op->id.set_value(0);
+  for (auto& op : lora_installs)
+    op->id.set_value(absl::UnavailableError("the worker stopped before loading it"));
   lora_installs.clear();
 }
 
@@ -948,10 +950,13 @@ void Engine::Impl::ApplyLoraChanges() {
   // both lists meanwhile sees it in one of them.
   std::lock_guard<std::mutex> lock(mu);
   for (auto& op : lora_installs) {
-    const int id = runner->InstallLora(std::move(op->weights));
-    lora_unloaded_at.erase(op->info.name);
-    loras.push_back(std::move(op->info));
-    op->id.set_value(id);
+    absl::StatusOr<int> id =
+        runner ? runner->InstallLora(std::move(op->weights)) : cuda->InstallLora(op->cuda_weights);
+    if (id.ok()) {
+      lora_unloaded_at.erase(op->info.name);
+      loras.push_back(std::move(op->info));
+    }
+    op->id.set_value(std::move(id));
   }
   lora_installs.clear();
   lora_freeing.insert(lora_freeing.end(), lora_unloaded.begin(), lora_unloaded.end());
@@ -969,7 +974,8 @@ void Engine::Impl::ApplyLoraChanges() {
     if (used(*it)) {
       ++it;
     } else {
-      runner->RemoveLora(*it);
+      if (runner) runner->RemoveLora(*it);
+      if (cuda) cuda->RemoveLora(*it);
       it = lora_freeing.erase(it);
     }
   }
@@ -1087,9 +1093,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
       return absl::InvalidArgumentError("device cuda: tensor parallelism is CPU-only for now");
     if (kv_dtype != KvDtype::kF16)
       return absl::InvalidArgumentError("device cuda: kv_dtype must be f16");
-    if (!options.loras.empty())
-      return absl::InvalidArgumentError(
-          "device cuda: LoRA adapters (--lora) run on the CPU runner only for now");
     TS_RETURN_IF_ERROR(ValidateCudaSelection(options.default_selection));
     const int64_t per_page = CudaRunner::KvBytesPerPage(mc, options.page_size);
     if (n_pages <= 0)
@@ -1104,6 +1107,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     co.resident_layers = options.default_selection.dense_layers;
     co.cuda_graphs = options.cuda_graphs;
     TS_ASSIGN_OR_RETURN(impl->cuda, CudaRunner::Create(*impl->source, co));
+    CudaRunner* cuda = impl->cuda.get();
+    TS_ASSIGN_OR_RETURN(impl->loras, AddLoras(options.loras, mc, [cuda](const LoraAdapter& a) {
+                          return cuda->AddLora(a);
+                        }));
     kv_bytes = per_page * n_pages;
   } else if (options.device == "cpu") {
     RunnerOptions ro;
@@ -1114,10 +1121,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     ro.max_positions = impl->max_context;
     TS_ASSIGN_OR_RETURN(impl->runner, TransformerRunner::Create(*impl->source, ro));
     TS_ASSIGN_OR_RETURN(impl->loras, AddLoras(options.loras, impl->runner.get()));
-    for (const LoraInfo& l : impl->loras)
-      if (l.name == impl->served_name)
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--lora: adapter name '", l.name, "' is the served model's name (pick another)"));
     KvCacheConfig probe = impl->runner->MakeKvConfig(options.page_size, 1);
     probe.dtype = kv_dtype;
     if (n_pages <= 0)
@@ -1133,6 +1136,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError(
         absl::StrCat("device must be cpu or cuda, got '", options.device, "'"));
   }
+  for (const LoraInfo& l : impl->loras)
+    if (l.name == impl->served_name)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--lora: adapter name '", l.name, "' is the served model's name (pick another)"));
   impl->pages = std::make_unique<PagePool>(n_pages, options.page_size);
   TS_RETURN_IF_ERROR(ValidateSelectionSpec(options.default_selection, options.page_size));
   if (impl->tp != nullptr) {
@@ -1328,7 +1335,6 @@ std::map<std::string, double> Engine::unloaded_loras() const {
 absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string& path,
                                      double loaded_at) {
   Impl& m = *impl_;
-  if (m.runner == nullptr) return absl::FailedPreconditionError("LoRA adapters need --device cpu");
   if (m.opts.tp_size != 1)
     return absl::FailedPreconditionError(
         "loading LoRA adapters at run time needs --tp-size 1 (give them with --lora)");
@@ -1342,7 +1348,11 @@ absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string&
     return absl::AlreadyExistsError(absl::StrCat("lora_name: '", name, "' is already loaded"));
   TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraAdapter> a, LoraAdapter::Open(name, path, m.model()));
   auto op = std::make_unique<Impl::LoraInstall>();
-  TS_ASSIGN_OR_RETURN(op->weights, m.runner->PrepareLora(*a));
+  if (m.runner) {
+    TS_ASSIGN_OR_RETURN(op->weights, m.runner->PrepareLora(*a));
+  } else {
+    TS_ASSIGN_OR_RETURN(op->cuda_weights, m.cuda->PrepareLora(*a));
+  }
   op->info = {name,
               path,
               a->max_rank(),
@@ -1350,7 +1360,7 @@ absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string&
               static_cast<int>(a->num_pairs()),
               /*runtime=*/true,
               loaded_at > 0 ? loaded_at : UnixSeconds()};
-  std::future<int> id = op->id.get_future();
+  std::future<absl::StatusOr<int>> id = op->id.get_future();
   {
     std::lock_guard<std::mutex> lock(m.mu);
     if (m.stop) return absl::UnavailableError("the worker is stopping");
@@ -1362,9 +1372,7 @@ absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string&
     m.lora_installs.push_back(std::move(op));
   }
   m.cv.notify_all();
-  const int got = id.get();
-  if (got == 0) return absl::UnavailableError("the worker stopped before loading it");
-  return got;
+  return id.get();
 }
 
 absl::Status Engine::UnloadLora(const std::string& name) {

@@ -70,7 +70,8 @@ struct EngineOptions {
   Communicator* tp_comm = nullptr;
   double tp_heartbeat_seconds = 1.0;
   // LoRA adapters (worker/model/lora_adapter.h) loaded at start and served side by side: a
-  // request picks one by GenerateRequest::lora. CPU runner only.
+  // request picks one by GenerateRequest::lora. CPU and CUDA runners (tensor parallel too, the
+  // CPU's).
   std::vector<LoraModule> loras;
 };
 
@@ -226,10 +227,11 @@ class Engine {
   // The LoRA adapters, by id (GenerateRequest::lora - 1): EngineOptions::loras, then those
   // loaded at run time; an unloaded one keeps its slot with an empty name. A snapshot.
   std::vector<LoraInfo> loras() const;
-  // Runtime LoRA loading (CPU runner, --tp-size 1; the worker's --allow-runtime-lora): reads
+  // Runtime LoRA loading (--tp-size 1; the worker's --allow-runtime-lora): reads
   // the adapter on the caller's thread (a GGUF adapter or a PEFT folder, as --lora), then the
   // engine thread adds it between steps; blocks until then. Errors name the problem:
-  // InvalidArgument (a bad name or file), AlreadyExists, FailedPrecondition. Returns its id.
+  // InvalidArgument (a bad name or file), AlreadyExists, FailedPrecondition, ResourceExhausted
+  // (no device memory for it). Returns its id.
   // `loaded_at`: the Unix time to record as the load's (a copy of another worker's load keeps
   // that load's); 0: now.
   absl::StatusOr<int> LoadLora(const std::string& name, const std::string& path,

@@ -7,12 +7,17 @@
 // emu_engine_cuda_test on the CPU emulator of CUDA (kernels/cuda/emu), which runs in CI.
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
 #include <memory>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/engine_test_util.h"
+#include "worker/hf/safetensors_test_util.h"
 
 namespace tinyserve {
 namespace {
@@ -49,11 +54,28 @@ GenerateRequest Greedy(const Engine& e, const std::string& text, int max_tokens)
   return engine_testing::Greedy(e, text, max_tokens, /*ignore_eos=*/true);
 }
 
-// The same greedy tokens as the CPU engine. The GPU path runs f16 weights and activations where
-// the CPU runs f32, in another summation order, so on this random model a near-tie may go the
-// other way: the tokens must agree up to the first difference, and there the GPU's token must be
-// the CPU's runner-up within 0.05 nats of its top (after that the paths differ). On the emulator
-// all 24 agree.
+// `got` (the GPU's) has `want`'s (the CPU's, run with logprobs 2) greedy tokens. The GPU path
+// runs f16 weights and activations where the CPU runs f32, in another summation order, so on a
+// random model a near-tie may go the other way: the tokens must agree up to the first
+// difference, and there the GPU's token must be the CPU's runner-up within 0.05 nats of its top
+// (after that the paths differ).
+void ExpectSameGreedyTokens(const CollectSink& got, const CollectSink& want,
+                            const std::string& tag) {
+  ASSERT_TRUE(got.status.ok()) << tag << ": " << got.status;
+  ASSERT_EQ(got.ids.size(), want.ids.size()) << tag;
+  for (size_t i = 0; i < want.ids.size(); ++i) {
+    if (got.ids[i] == want.ids[i]) continue;
+    const auto& alts = want.top_lists[i];
+    ASSERT_EQ(alts.size(), 2u) << tag;
+    EXPECT_EQ(got.ids[i], alts[1].id) << tag << ": token " << i << " is not the CPU's runner-up";
+    EXPECT_LT(alts[0].logprob - alts[1].logprob, 0.05f)
+        << tag << ": token " << i << " was no near-tie";
+    break;
+  }
+}
+
+// The same greedy tokens as the CPU engine (ExpectSameGreedyTokens); on the emulator all 24
+// agree.
 TEST(EngineCuda, GreedyMatchesTheCpuEngine) {
   MAKE_OR_SKIP(e, Options());
   EngineOptions cpu_options = Options();
@@ -69,16 +91,7 @@ TEST(EngineCuda, GreedyMatchesTheCpuEngine) {
   auto sink = std::make_shared<CollectSink>();
   ASSERT_TRUE(e->Submit(Greedy(*e, kPrompts[0], 24), sink).ok());
   e->RunUntilIdle();
-  ASSERT_TRUE(sink->status.ok()) << sink->status;
-  ASSERT_EQ(sink->ids.size(), 24u);
-  for (size_t i = 0; i < 24; ++i) {
-    if (sink->ids[i] == cpu->ids[i]) continue;
-    const auto& alts = cpu->top_lists[i];
-    ASSERT_EQ(alts.size(), 2u);
-    EXPECT_EQ(sink->ids[i], alts[1].id) << "token " << i << " is not the CPU's runner-up";
-    EXPECT_LT(alts[0].logprob - alts[1].logprob, 0.05f) << "token " << i << " was no near-tie";
-    break;
-  }
+  ExpectSameGreedyTokens(*sink, *cpu, "base");
   EXPECT_EQ(e->Stats().kv_pages_used, 0);
 }
 
@@ -195,6 +208,105 @@ TEST(EngineCuda, EmbeddingsMatchTheCpuEngine) {
       EXPECT_LT(std::sqrt(diff / nb), 0.03) << reqs[i].request_id;
     }
   }
+}
+
+// A PEFT folder (what vLLM loads) with random rank-4 updates of every projection of every layer
+// of the Hugging Face llama `c`, alpha 8.
+std::string WritePeftAdapter(const ModelConfig& c, const std::string& dir_name) {
+  const std::string dir = ::testing::TempDir() + "/" + dir_name;
+  std::filesystem::create_directories(dir);
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t r = 4, D = c.dim, qd = int64_t{c.n_heads} * c.head_dim,
+                kd = int64_t{c.n_kv_heads} * c.head_dim, F = c.ffn_dim;
+  const std::vector<std::tuple<const char*, int64_t, int64_t>> modules = {
+      {"self_attn.q_proj", D, qd}, {"self_attn.k_proj", D, kd}, {"self_attn.v_proj", D, kd},
+      {"self_attn.o_proj", qd, D}, {"mlp.gate_proj", D, F},     {"mlp.up_proj", D, F},
+      {"mlp.down_proj", F, D}};
+  std::vector<testing::FloatTensor> tensors;
+  auto values = [&](int64_t n, float scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = scale * u(rng);
+    return v;
+  };
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const auto& [module, in, out] : modules) {
+      const std::string m = "base_model.model.model.layers." + std::to_string(l) + "." + module;
+      tensors.push_back(
+          {m + ".lora_A.weight", {r, in}, values(r * in, 1.f / std::sqrt(static_cast<float>(in)))});
+      tensors.push_back({m + ".lora_B.weight", {out, r}, values(out * r, 0.5f)});
+    }
+  std::ofstream(dir + "/adapter_config.json")
+      << R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "bias": "none", )"
+      << R"("target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", )"
+      << R"("down_proj"]})";
+  std::ofstream(dir + "/adapter_model.safetensors", std::ios::binary)
+      << testing::MakeF32Safetensors(tensors);
+  return dir;
+}
+
+class WaitSink : public CollectSink {
+ public:
+  void OnFinish(FinishReason r, const RequestUsage& u, absl::Status s) override {
+    CollectSink::OnFinish(r, u, s);
+    done.set_value();
+  }
+  std::promise<void> done;
+};
+
+// LoRA on the GPU against the CPU engine: with the adapter given at start (--lora), a request
+// naming it and a base request batched together each get the CPU engine's greedy tokens
+// (ExpectSameGreedyTokens), and the adapter changes them; loaded at run time it gives them too;
+// unloaded, its id is refused; no page is left in use.
+TEST(EngineCuda, LoraAdaptersMatchTheCpuEngine) {
+  EngineOptions o = Options();
+  MAKE_OR_SKIP(probe, o);
+  const std::string dir = WritePeftAdapter(probe->model_config(), "peft-cuda");
+  probe.reset();
+  o.loras = {{"ad", dir}};
+  EngineOptions cpu_options = o;
+  cpu_options.device = "cpu";
+  auto cpu_engine = Engine::Create(cpu_options);
+  ASSERT_TRUE(cpu_engine.ok()) << cpu_engine.status();
+  MAKE_OR_SKIP(e, o);
+  ASSERT_EQ(e->loras().size(), 1u);
+  auto run_both = [&](Engine& engine, int logprobs) {
+    std::vector<std::shared_ptr<CollectSink>> sinks;
+    for (int lora : {0, 1}) {
+      GenerateRequest r = Greedy(engine, kPrompts[1], 16);
+      r.request_id += std::to_string(lora);
+      r.lora = lora;
+      r.sampling.logprobs = logprobs;
+      sinks.push_back(std::make_shared<CollectSink>());
+      EXPECT_TRUE(engine.Submit(r, sinks.back()).ok());
+    }
+    engine.RunUntilIdle();
+    EXPECT_EQ(engine.Stats().kv_pages_used, 0);
+    return sinks;
+  };
+  const auto want = run_both(**cpu_engine, 2);
+  EXPECT_NE(want[1]->ids, want[0]->ids) << "the adapter changes nothing";
+  const auto got = run_both(*e, 0);
+  ExpectSameGreedyTokens(*got[0], *want[0], "base");
+  ExpectSameGreedyTokens(*got[1], *want[1], "adapter");
+
+  // Loaded at run time (on the engine thread, between steps).
+  MAKE_OR_SKIP(rt, Options());
+  rt->Start();
+  auto id = rt->LoadLora("ad", dir);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, 1);
+  GenerateRequest r = Greedy(*rt, kPrompts[1], 16);
+  r.lora = 1;
+  auto sink = std::make_shared<WaitSink>();
+  ASSERT_TRUE(rt->Submit(r, sink).ok());
+  sink->done.get_future().wait();
+  ExpectSameGreedyTokens(*sink, *want[1], "run-time adapter");
+  ASSERT_TRUE(rt->UnloadLora("ad").ok());
+  r.request_id += "-after-unload";
+  EXPECT_FALSE(rt->Submit(r, std::make_shared<CollectSink>()).ok());
+  rt->Stop();
+  EXPECT_EQ(rt->Stats().kv_pages_used, 0);
 }
 
 }  // namespace

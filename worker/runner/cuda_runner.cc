@@ -7,11 +7,12 @@
 #include "kernels/cpu/dequant.h"
 #include "worker/model/weight_source.h"
 
-#if TINYSERVE_HAVE_CUDA_RUNNER
-#include "kernels/cuda/device_model.h"
-#endif
-
 namespace tinyserve {
+
+absl::StatusOr<int> CudaRunner::AddLora(const LoraAdapter& adapter) {
+  TS_ASSIGN_OR_RETURN(PreparedLora lora, PrepareLora(adapter));
+  return InstallLora(lora);
+}
 
 absl::Status ValidateCudaSelection(const SelectionSpec& spec) {
   if (spec.policy != "dense" && spec.policy != "quest")
@@ -154,6 +155,7 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>& batch,
     d.all_logits = in.all_logits;
     d.hidden = in.pooling != Pooling::kNone && in.pooled != nullptr;
     d.hidden_last = in.pooling == Pooling::kLast;
+    d.lora = in.lora;
     any_hidden = any_hidden || d.hidden;
     d.attention = cuda::DeviceAttention();
     const SelectionSpec* s = i < selection.size() ? selection[i] : nullptr;
@@ -199,6 +201,67 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>& batch,
   return absl::OkStatus();
 }
 
+absl::StatusOr<CudaRunner::PreparedLora> CudaRunner::PrepareLora(const LoraAdapter& adapter) const {
+  const ModelConfig& c = config_;
+  const int64_t D = c.dim, qd = int64_t{c.n_heads} * c.head_dim,
+                kd = int64_t{c.n_kv_heads} * c.head_dim, F = c.ffn_dim;
+  // A fused product's update from its parts (base weight names and output rows): the parts' A
+  // rows stacked, each B in its rows and A columns (scale folded in). LoraAdapter::Open checked
+  // the shapes against the model.
+  struct Part {
+    std::string weight;
+    int64_t rows;
+  };
+  auto product = [&](int64_t in,
+                     const std::vector<Part>& parts) -> absl::StatusOr<cuda::DeviceLoraUpdate> {
+    cuda::DeviceLoraUpdate u;
+    int64_t out = 0;
+    for (const Part& p : parts) {
+      if (const LoraPair* pair = adapter.Find(p.weight)) u.rank += pair->rank();
+      out += p.rows;
+    }
+    u.a.reserve(static_cast<size_t>(u.rank * in));
+    u.b.assign(static_cast<size_t>(out * u.rank), 0.f);
+    int64_t r0 = 0, o0 = 0;
+    for (const Part& p : parts) {
+      if (const LoraPair* pair = adapter.Find(p.weight)) {
+        const int64_t r = pair->rank();
+        TS_ASSIGN_OR_RETURN(std::vector<float> a, TensorBlock(pair->a, 0, r, 0, in));
+        TS_ASSIGN_OR_RETURN(std::vector<float> b, TensorBlock(pair->b, 0, p.rows, 0, r));
+        u.a.insert(u.a.end(), a.begin(), a.end());
+        for (int64_t o = 0; o < p.rows; ++o)
+          for (int64_t j = 0; j < r; ++j)
+            u.b[(o0 + o) * u.rank + r0 + j] = pair->scale * b[o * r + j];
+        r0 += r;
+      }
+      o0 += p.rows;
+    }
+    return u;
+  };
+  PreparedLora layers(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto blk = [&](const char* w) { return absl::StrCat("blk.", l, ".", w); };
+    cuda::DeviceLoraLayer& L = layers[l];
+    TS_ASSIGN_OR_RETURN(L.qkv, product(D, {{blk("attn_q.weight"), qd},
+                                           {blk("attn_k.weight"), kd},
+                                           {blk("attn_v.weight"), kd}}));
+    TS_ASSIGN_OR_RETURN(L.o, product(qd, {{blk("attn_output.weight"), D}}));
+    TS_ASSIGN_OR_RETURN(L.gate_up,
+                        product(D, {{blk("ffn_gate.weight"), F}, {blk("ffn_up.weight"), F}}));
+    TS_ASSIGN_OR_RETURN(L.down, product(F, {{blk("ffn_down.weight"), D}}));
+  }
+  return layers;
+}
+
+absl::StatusOr<int> CudaRunner::InstallLora(const PreparedLora& lora) {
+  std::string err;
+  const int id = impl_->model->AddLora(lora, &err);
+  if (id == 0) return absl::ResourceExhaustedError(absl::StrCat("--device cuda: LoRA: ", err));
+  return id;
+}
+
+void CudaRunner::RemoveLora(int id) { impl_->model->RemoveLora(id); }
+
 bool CudaRunner::StepStatsOf(size_t i, StepStats* out) const {
   const auto& seqs = impl_->model->last_stats().seqs;
   if (i >= seqs.size() || !seqs[i].decode) return false;
@@ -232,6 +295,14 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>&,
 }
 
 bool CudaRunner::StepStatsOf(size_t, StepStats*) const { return false; }
+
+absl::StatusOr<CudaRunner::PreparedLora> CudaRunner::PrepareLora(const LoraAdapter&) const {
+  return absl::FailedPreconditionError("no CUDA backend");
+}
+absl::StatusOr<int> CudaRunner::InstallLora(const PreparedLora&) {
+  return absl::FailedPreconditionError("no CUDA backend");
+}
+void CudaRunner::RemoveLora(int) {}
 
 #endif
 

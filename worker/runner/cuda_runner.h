@@ -7,8 +7,10 @@
 // page ids index the device cache.
 //
 // Token selection on the GPU is the fused Quest kernel (dense or quest, per sequence from its
-// SelectionSpec); other policies are CPU-only and rejected by the engine. Tensor parallelism and
-// GPT-2 are CPU-only for now (Unimplemented).
+// SelectionSpec); other policies are CPU-only and rejected by the engine. LoRA adapters run as on
+// the CPU (y += scale·(x·Aᵀ)·Bᵀ per adapted projection, rows of other adapters untouched), through
+// two more cuBLAS GEMMs per run of rows sharing an adapter. Tensor parallelism and GPT-2 are
+// CPU-only for now (Unimplemented).
 //
 // Built with the CUDA backend (nvcc and the cuBLAS headers found; cuBLAS itself is loaded at run
 // time); without it Create returns FailedPrecondition.
@@ -19,6 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/device_model.h"
+#include "worker/model/lora_adapter.h"
 #include "worker/model/model_config.h"
 #include "worker/runner/transformer.h"
 #include "worker/select/selection_spec.h"
@@ -65,6 +69,16 @@ class CudaRunner {
                        const std::vector<const SelectionSpec*>& selection,
                        std::vector<float>* logits);
   const CudaRunnerTotals& totals() const { return totals_; }
+
+  // LoRA adapters, as TransformerRunner's (ids 1, 2, ... in the order installed, never reused;
+  // SeqInput::lora names one): PrepareLora reads an adapter and lays it out for the device (the
+  // slow part; const, so it may run beside Forward on another thread), InstallLora uploads it
+  // between Forwards (fails only on a device error, such as out of memory), RemoveLora frees it.
+  using PreparedLora = std::vector<cuda::DeviceLoraLayer>;  // [layer]
+  absl::StatusOr<PreparedLora> PrepareLora(const LoraAdapter& adapter) const;
+  absl::StatusOr<int> InstallLora(const PreparedLora& lora);
+  void RemoveLora(int id);
+  absl::StatusOr<int> AddLora(const LoraAdapter& adapter);
   // Selection accounting of batch[i]'s decode step in the last Forward (false: not a decode).
   bool StepStatsOf(size_t i, StepStats* out) const;
 

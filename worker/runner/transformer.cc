@@ -48,27 +48,6 @@ absl::StatusOr<std::vector<float>> LoadVector(const WeightSource& src, const std
 
 std::string Blk(int i, const char* what) { return absl::StrCat("blk.", i, ".", what); }
 
-// Rows [r0, r1) of a 2-D tensor of `cols` elements per row, columns [c0, c1), as floats.
-absl::StatusOr<std::vector<float>> TensorBlock(const TensorRef& t, int64_t r0, int64_t r1,
-                                               int64_t c0, int64_t c1) {
-  const int64_t cols = t.ne[0];
-  const size_t row_bytes = GgmlRowBytes(t.type, cols);
-  std::vector<float> row(cols), out;
-  out.reserve(static_cast<size_t>((r1 - r0) * (c1 - c0)));
-  for (int64_t r = r0; r < r1; ++r) {
-    absl::Status st =
-        DequantizeRow(t.type, t.data + static_cast<size_t>(r) * row_bytes, row.data(), cols);
-    if (!st.ok())
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", st.message()));
-    for (int64_t c = c0; c < c1; ++c)
-      if (!std::isfinite(row[c]))
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", t.name, "': row ", r, " holds ", row[c], " (not finite)"));
-    out.insert(out.end(), row.begin() + c0, row.begin() + c1);
-  }
-  return out;
-}
-
 // y[o] += sum_j c[j] bt[j][o] for o < n_out (a LoRA update's B product for one row): blocks of
 // outputs accumulate all r terms in L1 and touch y once.
 template <int kTag>
@@ -113,6 +92,26 @@ LoraExpandFn PickLoraExpand() {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<float>> TensorBlock(const TensorRef& t, int64_t r0, int64_t r1,
+                                               int64_t c0, int64_t c1) {
+  const int64_t cols = t.ne[0];
+  const size_t row_bytes = GgmlRowBytes(t.type, cols);
+  std::vector<float> row(cols), out;
+  out.reserve(static_cast<size_t>((r1 - r0) * (c1 - c0)));
+  for (int64_t r = r0; r < r1; ++r) {
+    absl::Status st =
+        DequantizeRow(t.type, t.data + static_cast<size_t>(r) * row_bytes, row.data(), cols);
+    if (!st.ok())
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", st.message()));
+    for (int64_t c = c0; c < c1; ++c)
+      if (!std::isfinite(row[c]))
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name, "': row ", r, " holds ", row[c], " (not finite)"));
+    out.insert(out.end(), row.begin() + c0, row.begin() + c1);
+  }
+  return out;
+}
 
 TransformerRunner::ShardRanges TransformerRunner::Shard() const {
   const int64_t hd = config_.head_dim;
@@ -320,15 +319,21 @@ absl::Status TransformerRunner::Load(const WeightSource& src) {
 
 absl::StatusOr<std::vector<LoraInfo>> AddLoras(const std::vector<LoraModule>& modules,
                                                TransformerRunner* runner) {
+  return AddLoras(modules, runner->config(),
+                  [runner](const LoraAdapter& a) { return runner->AddLora(a); });
+}
+
+absl::StatusOr<std::vector<LoraInfo>> AddLoras(
+    const std::vector<LoraModule>& modules, const ModelConfig& base,
+    const std::function<absl::StatusOr<int>(const LoraAdapter&)>& add) {
   std::vector<LoraInfo> infos;
   for (const LoraModule& m : modules) {
     for (const LoraInfo& i : infos)
       if (i.name == m.name)
         return absl::InvalidArgumentError(
             absl::StrCat("--lora: adapter name '", m.name, "' is given twice"));
-    TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraAdapter> a,
-                        LoraAdapter::Open(m.name, m.path, runner->config()));
-    TS_RETURN_IF_ERROR(runner->AddLora(*a).status());
+    TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraAdapter> a, LoraAdapter::Open(m.name, m.path, base));
+    TS_RETURN_IF_ERROR(add(*a).status());
     infos.push_back({m.name, m.path, a->max_rank(), a->alpha(), static_cast<int>(a->num_pairs())});
   }
   return infos;

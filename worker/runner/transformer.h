@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -152,9 +153,18 @@ class TransformerRunner {
   std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, hidden_, lora_r_;
 };
 
+// Rows [r0, r1), columns [c0, c1) of a 2-D tensor (ne[0] elements per row), as floats;
+// InvalidArgument naming the tensor when a value is not finite.
+absl::StatusOr<std::vector<float>> TensorBlock(const TensorRef& t, int64_t r0, int64_t r1,
+                                               int64_t c0, int64_t c1);
+
 // Opens each adapter against the runner's model and adds it (ids 1, 2, ... in order). Names must
 // be distinct; an error names the adapter and what is wrong with it.
 absl::StatusOr<std::vector<LoraInfo>> AddLoras(const std::vector<LoraModule>& modules,
                                                TransformerRunner* runner);
+// The same for any runner: `add` installs an opened adapter and returns its id.
+absl::StatusOr<std::vector<LoraInfo>> AddLoras(
+    const std::vector<LoraModule>& modules, const ModelConfig& base,
+    const std::function<absl::StatusOr<int>(const LoraAdapter&)>& add);
 
 }  // namespace tinyserve
