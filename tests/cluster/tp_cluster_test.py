@@ -4,7 +4,8 @@
   python tp_cluster_test.py --binary build/bin/tinyserve [--model PATH] [unittest args]
 
 Checks: greedy tokens through the router equal a TP-1 worker's (one at a time and batched), also
-with LoRA adapters (each rank applies its shard of the updates);
+with LoRA adapters (each rank applies its shard of the updates), given at start or loaded at run
+time (every rank reads the file);
 after `kill -9` of rank 1 the group turns unhealthy within a bounded time, the router marks it
 down (tinyserve_router_worker_healthy 0) and stops sending to it, and rank 0 exits non-zero.
 """
@@ -119,6 +120,27 @@ class TensorParallelClusterTest(cl.ClusterCase):
             self.assertEqual(g.ids, w.ids, f"request {i} ({reqs[i].lora_adapter!r})")
         self.assertNotEqual(want[0].ids, want[2].ids)  # the adapter changes the output
         self.assertNotEqual(want[2].ids, want[4].ids)
+
+        # Loaded at run time on a TP-2 group (every rank reads the file): the same tokens; after
+        # an unload the name is refused and the group still serves.
+        rt = self.cluster.worker("--tp-size", "2", "--tp-launch", "local", "--allow-runtime-lora")
+        S = ct.S
+        with cl.channel(rt.address) as ch:
+            S.grpc.TinyServeStub(ch).LoadLoraAdapter(
+                S.pb.LoadLoraAdapterRequest(lora_name="all-r8", lora_path=f"{tmp}/all-r8.gguf"),
+                timeout=60)
+        for i in (2, 3):
+            g = ct.generate(rt.address, reqs[i], timeout=60)
+            self.assertEqual(g.code, grpc.StatusCode.OK, g.details)
+            self.assertEqual(g.ids, want[i].ids, f"run-time adapter, request {i}")
+        with cl.channel(rt.address) as ch:
+            S.grpc.TinyServeStub(ch).UnloadLoraAdapter(
+                S.pb.UnloadLoraAdapterRequest(lora_name="all-r8"), timeout=30)
+        g = ct.generate(rt.address, reqs[2], timeout=60)
+        self.assertEqual(g.code, grpc.StatusCode.INVALID_ARGUMENT, g.details)
+        g = ct.generate(rt.address, reqs[0], timeout=60)
+        self.assertEqual(g.code, grpc.StatusCode.OK, g.details)
+        self.assertEqual(g.ids, want[0].ids)
 
         # Embeddings (rank 0 pools the all-reduced hidden states), base and adapter, both
         # poolings: the group's equal TP 1's to rounding.

@@ -946,39 +946,81 @@ void Engine::Impl::FailPendingLoras() {
 }
 
 void Engine::Impl::ApplyLoraChanges() {
+  // The loads pending now (later ones wait for the next round), and the unloaded adapters whose
+  // weights can go: those no sequence (running, preempted or queued) names any more.
+  size_t n_loads = 0;
+  std::vector<int> frees;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    n_loads = lora_installs.size();
+    lora_freeing.insert(lora_freeing.end(), lora_unloaded.begin(), lora_unloaded.end());
+    lora_unloaded.clear();
+    auto uses = [](const auto& list, int id) {
+      return std::any_of(list.begin(), list.end(),
+                         [id](const auto& s) { return s && s->req.lora == id; });
+    };
+    for (auto it = lora_freeing.begin(); it != lora_freeing.end();) {
+      if (uses(running, *it) || uses(local_waiting, *it) || uses(waiting, *it)) {
+        ++it;
+      } else {
+        frees.push_back(*it);
+        it = lora_freeing.erase(it);
+      }
+    }
+  }
+  if (n_loads == 0 && frees.empty()) return;
+  for (int id : frees) {
+    if (runner) runner->RemoveLora(id);
+    if (cuda) cuda->RemoveLora(id);
+  }
+  // Tensor parallelism: the followers free the same ids and read the same loads; a load is
+  // installed where every rank could read it, and nowhere else (step_message.h).
+  std::vector<int> failures(n_loads, 0);
+  absl::Status tp_error;
+  if (tp != nullptr) {
+    StepMessage m;
+    m.kind = StepMessage::Kind::kLora;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t i = 0; i < n_loads; ++i)
+        m.lora_loads.push_back({lora_installs[i]->info.name, lora_installs[i]->info.path});
+    }
+    m.lora_frees = frees;
+    tp_error = TpSend(m);
+    if (tp_error.ok() && n_loads > 0) {
+      absl::StatusOr<std::vector<int>> agreed =
+          AgreeOnLoraLoads(tp, std::vector<bool>(n_loads, false));
+      if (agreed.ok()) {
+        failures = *agreed;
+      } else {
+        tp_error = agreed.status();
+        TpFail(tp_error);
+      }
+    }
+  }
   // Installed and listed under one hold of the lock, so that a load of the same name checking
   // both lists meanwhile sees it in one of them.
   std::lock_guard<std::mutex> lock(mu);
-  for (auto& op : lora_installs) {
-    absl::StatusOr<int> id =
-        runner ? runner->InstallLora(std::move(op->weights)) : cuda->InstallLora(op->cuda_weights);
-    if (id.ok()) {
-      lora_unloaded_at.erase(op->info.name);
-      loras.push_back(std::move(op->info));
-    }
-    op->id.set_value(std::move(id));
-  }
-  lora_installs.clear();
-  lora_freeing.insert(lora_freeing.end(), lora_unloaded.begin(), lora_unloaded.end());
-  lora_unloaded.clear();
-  if (lora_freeing.empty()) return;
-  // An unloaded adapter's weights go once no sequence (running, preempted or queued) uses it.
-  auto uses = [](const auto& list, int id) {
-    return std::any_of(list.begin(), list.end(),
-                       [id](const auto& s) { return s && s->req.lora == id; });
-  };
-  auto used = [&](int id) {
-    return uses(running, id) || uses(local_waiting, id) || uses(waiting, id);
-  };
-  for (auto it = lora_freeing.begin(); it != lora_freeing.end();) {
-    if (used(*it)) {
-      ++it;
+  for (size_t i = 0; i < n_loads; ++i) {
+    LoraInstall& op = *lora_installs[i];
+    absl::StatusOr<int> id;
+    if (!tp_error.ok()) {
+      id = absl::UnavailableError(
+          absl::StrCat("tensor-parallel group failed (", tp_error.message(), ")"));
+    } else if (failures[i] > 0) {
+      id = absl::FailedPreconditionError(absl::StrCat(
+          "lora_path: ", failures[i], " of the other ", tp->world_size() - 1,
+          " tensor-parallel ranks could not load '", op.info.path, "' (their logs say why)"));
     } else {
-      if (runner) runner->RemoveLora(*it);
-      if (cuda) cuda->RemoveLora(*it);
-      it = lora_freeing.erase(it);
+      id = runner ? runner->InstallLora(std::move(op.weights)) : cuda->InstallLora(op.cuda_weights);
     }
+    if (id.ok()) {
+      lora_unloaded_at.erase(op.info.name);
+      loras.push_back(std::move(op.info));
+    }
+    op.id.set_value(std::move(id));
   }
+  lora_installs.erase(lora_installs.begin(), lora_installs.begin() + n_loads);
 }
 
 absl::Status Engine::Impl::TpSend(const StepMessage& m) {
@@ -1335,9 +1377,6 @@ std::map<std::string, double> Engine::unloaded_loras() const {
 absl::StatusOr<int> Engine::LoadLora(const std::string& name, const std::string& path,
                                      double loaded_at) {
   Impl& m = *impl_;
-  if (m.opts.tp_size != 1)
-    return absl::FailedPreconditionError(
-        "loading LoRA adapters at run time needs --tp-size 1 (give them with --lora)");
   if (absl::Status s = CheckLoraName(name); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("lora_name: ", s.message()));
   if (path.empty()) return absl::InvalidArgumentError("lora_path: empty");

@@ -70,8 +70,7 @@ struct EngineOptions {
   Communicator* tp_comm = nullptr;
   double tp_heartbeat_seconds = 1.0;
   // LoRA adapters (worker/model/lora_adapter.h) loaded at start and served side by side: a
-  // request picks one by GenerateRequest::lora. CPU and CUDA runners (tensor parallel too, the
-  // CPU's).
+  // request picks one by GenerateRequest::lora. CPU (tensor-parallel too) and CUDA runners.
   std::vector<LoraModule> loras;
 };
 
@@ -227,7 +226,8 @@ class Engine {
   // The LoRA adapters, by id (GenerateRequest::lora - 1): EngineOptions::loras, then those
   // loaded at run time; an unloaded one keeps its slot with an empty name. A snapshot.
   std::vector<LoraInfo> loras() const;
-  // Runtime LoRA loading (--tp-size 1; the worker's --allow-runtime-lora): reads
+  // Runtime LoRA loading (the worker's --allow-runtime-lora; under tensor parallelism every rank
+  // reads the path, and a load that a rank cannot read fails with FailedPrecondition): reads
   // the adapter on the caller's thread (a GGUF adapter or a PEFT folder, as --lora), then the
   // engine thread adds it between steps; blocks until then. Errors name the problem:
   // InvalidArgument (a bad name or file), AlreadyExists, FailedPrecondition, ResourceExhausted

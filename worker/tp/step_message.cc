@@ -115,6 +115,12 @@ std::string EncodeStepMessage(const StepMessage& m) {
       w.Put<uint64_t>(e.seed);
     }
   }
+  w.Put<uint32_t>(static_cast<uint32_t>(m.lora_loads.size()));
+  for (const LoraLoad& l : m.lora_loads) {
+    w.Str(l.name);
+    w.Str(l.path);
+  }
+  w.Vec(m.lora_frees);
   return w.Take();
 }
 
@@ -124,9 +130,10 @@ absl::StatusOr<StepMessage> DecodeStepMessage(const std::string& bytes) {
   uint8_t kind = 0;
   uint32_t n = 0;
   const auto bad = [] { return absl::DataLossError("malformed tensor-parallel step message"); };
-  if (!r.Get(&kind) || kind < 1 || kind > 3) return bad();
+  if (!r.Get(&kind) || kind < 1 || kind > 4) return bad();
   m.kind = static_cast<StepMessage::Kind>(kind);
-  if (!r.Vec(&m.finished) || !r.Vec(&m.reset_pages) || !r.Get(&n)) return bad();
+  // Counts are bounded by the bytes left (each element takes at least one).
+  if (!r.Vec(&m.finished) || !r.Vec(&m.reset_pages) || !r.Get(&n) || n > bytes.size()) return bad();
   m.entries.resize(n);
   for (StepEntry& e : m.entries) {
     uint8_t flags = 0;
@@ -139,7 +146,11 @@ absl::StatusOr<StepMessage> DecodeStepMessage(const std::string& bytes) {
     e.has_spec = flags & 8;
     if (e.has_spec && (!GetSpec(r, &e.spec) || !r.Get(&e.seed))) return bad();
   }
-  if (!r.done()) return bad();
+  if (!r.Get(&n) || n > bytes.size()) return bad();
+  m.lora_loads.resize(n);
+  for (LoraLoad& l : m.lora_loads)
+    if (!r.Str(&l.name) || !r.Str(&l.path)) return bad();
+  if (!r.Vec(&m.lora_frees) || !r.done()) return bad();
   return m;
 }
 
@@ -172,6 +183,13 @@ absl::StatusOr<StepMessage> ReceiveStepMessage(Communicator* comm) {
     payload += rest;
   }
   return DecodeStepMessage(payload);
+}
+
+absl::StatusOr<std::vector<int>> AgreeOnLoraLoads(Communicator* comm,
+                                                  const std::vector<bool>& failed) {
+  std::vector<float> sum(failed.begin(), failed.end());
+  TS_RETURN_IF_ERROR(comm->AllReduceSum(sum.data(), sum.size()));
+  return std::vector<int>(sum.begin(), sum.end());
 }
 
 absl::Status BroadcastHello(Communicator* comm, TpHello* hello) {

@@ -3,8 +3,8 @@
 //
 // Rank 0 owns scheduling, page allocation and sampling; followers (tp_follower.h) replay each
 // step on their own shard and their own PagedKvCache with the same page ids. A message carries:
-//   - kind: a step, a heartbeat (liveness while idle: followed by a Barrier on every rank), or
-//     shutdown (followers return);
+//   - kind: a step, a heartbeat (liveness while idle: followed by a Barrier on every rank),
+//     LoRA changes made at run time (kLora, below), or shutdown (followers return);
 //   - finished: sequence ids whose selection policies the followers drop;
 //   - reset_pages: pages (re)allocated since the previous message (PagedKvCache::ResetPage);
 //   - entries: the batch in order: tokens, start_pos and page table, all_logits, the LoRA
@@ -12,6 +12,11 @@
 //     policy calls around the forward (BeginStep(begin_tokens) when `select`, OnPrefill
 //     afterwards when `prefill_done`), with the SelectionSpec and seed the first time a
 //     sequence appears so the follower can create its own Policy.
+//
+// kLora carries adapters loaded at run time (Engine::LoadLora), in id order, and the ids of
+// unloaded ones to free. Every rank reads each load's path (the same path must resolve to the
+// same adapter on every host, as for --lora), then all meet in AgreeOnLoraLoads, and each installs,
+// in order, exactly the loads no rank failed, so adapter ids stay the same on every rank.
 //
 // Transport (SendStepMessage / ReceiveStepMessage): one Broadcast from rank 0 of a fixed
 // kFirstChunk-byte block (length + the start of the payload), and a second Broadcast for the
@@ -43,12 +48,18 @@ struct StepEntry {
   uint64_t seed = 0;
 };
 
+struct LoraLoad {
+  std::string name, path;
+};
+
 struct StepMessage {
-  enum class Kind : uint8_t { kStep = 1, kHeartbeat = 2, kShutdown = 3 };
+  enum class Kind : uint8_t { kStep = 1, kHeartbeat = 2, kShutdown = 3, kLora = 4 };
   Kind kind = Kind::kStep;
   std::vector<uint64_t> finished;
   std::vector<int32_t> reset_pages;
   std::vector<StepEntry> entries;
+  std::vector<LoraLoad> lora_loads;  // kLora
+  std::vector<int32_t> lora_frees;   // kLora
 };
 
 std::string EncodeStepMessage(const StepMessage& m);
@@ -60,6 +71,11 @@ constexpr size_t kStepMessageFirstChunk = 4096;
 absl::Status SendStepMessage(Communicator* comm, const StepMessage& m);
 // Ranks > 0: the next message from rank 0.
 absl::StatusOr<StepMessage> ReceiveStepMessage(Communicator* comm);
+
+// After a kLora message with loads, on every rank: failed[i] says whether this rank could not
+// read load i; returns how many ranks failed each (the same on every rank).
+absl::StatusOr<std::vector<int>> AgreeOnLoraLoads(Communicator* comm,
+                                                  const std::vector<bool>& failed);
 
 // The start-up handshake: rank 0 sends the KV geometry it chose; followers adopt it.
 struct TpHello {

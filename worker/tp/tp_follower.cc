@@ -27,6 +27,7 @@ struct TpFollower::State {
   int64_t steps = 0;
 
   absl::Status Step(const StepMessage& m);
+  absl::Status ApplyLora(const StepMessage& m);
 };
 
 absl::StatusOr<std::unique_ptr<TpFollower>> TpFollower::Create(const TpFollowerOptions& options,
@@ -122,6 +123,31 @@ absl::Status TpFollower::State::Step(const StepMessage& m) {
   return absl::OkStatus();
 }
 
+absl::Status TpFollower::State::ApplyLora(const StepMessage& m) {
+  for (int32_t id : m.lora_frees) runner->RemoveLora(id);
+  if (m.lora_loads.empty()) return absl::OkStatus();
+  std::vector<TransformerRunner::PreparedLora> prepared(m.lora_loads.size());
+  std::vector<bool> failed(m.lora_loads.size(), false);
+  for (size_t i = 0; i < m.lora_loads.size(); ++i) {
+    const LoraLoad& l = m.lora_loads[i];
+    absl::StatusOr<std::unique_ptr<LoraAdapter>> a =
+        LoraAdapter::Open(l.name, l.path, runner->config());
+    absl::StatusOr<TransformerRunner::PreparedLora> p =
+        a.ok() ? runner->PrepareLora(**a) : a.status();
+    if (p.ok()) {
+      prepared[i] = std::move(*p);
+    } else {
+      failed[i] = true;
+      TS_LOG(ERROR) << "tensor-parallel rank " << comm->rank() << ": cannot load LoRA adapter '"
+                    << l.name << "': " << p.status();
+    }
+  }
+  TS_ASSIGN_OR_RETURN(const std::vector<int> failures, AgreeOnLoraLoads(comm, failed));
+  for (size_t i = 0; i < prepared.size(); ++i)
+    if (failures[i] == 0) runner->InstallLora(std::move(prepared[i]));
+  return absl::OkStatus();
+}
+
 absl::Status TpFollower::Run() {
   State& s = *state_;
   for (;;) {
@@ -138,6 +164,9 @@ absl::Status TpFollower::Run() {
         break;
       case StepMessage::Kind::kStep:
         TS_RETURN_IF_ERROR(s.Step(*m));
+        break;
+      case StepMessage::Kind::kLora:
+        TS_RETURN_IF_ERROR(s.ApplyLora(*m));
         break;
     }
   }

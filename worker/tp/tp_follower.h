@@ -6,9 +6,10 @@
 // same on every rank), then loops: receive a StepMessage (step_message.h), reset the pages rank 0
 // (re)allocated, drop the policies of finished sequences, create the policies of new ones, and
 // run Forward on its own PagedKvCache with the policies' BeginStep/EndStep around it; the
-// runner's all-reduces meet rank 0's. Heartbeats are answered with a Barrier; shutdown returns
-// OK. Any collective error (rank 0 gone, a peer dead, a timeout) returns that error: the
-// process should exit non-zero.
+// runner's all-reduces meet rank 0's. Heartbeats are answered with a Barrier; LoRA changes
+// (adapters loaded or unloaded at run time) are read and agreed on as step_message.h says;
+// shutdown returns OK. Any collective error (rank 0 gone, a peer dead, a timeout) returns that
+// error: the process should exit non-zero.
 //
 // The follower's logits are computed (the LM head is replicated) but unused: rank 0 samples.
 #pragma once

@@ -5,7 +5,10 @@
 //     stories260K and the random HF models (llama-tiny, gpt2-tiny from make_test_models.py);
 //   - the engine as rank 0 with TpFollower ranks: greedy tokens identical to TP 1 (batched,
 //     chunked prefill, a selection policy), clean shutdown, and a follower that dies makes the
-//     engine's group fail (TpStatus) within a bounded time.
+//     engine's group fail (TpStatus) within a bounded time;
+//   - LoRA adapters loaded at run time: the group gives a TP-1 engine's tokens with the adapter,
+//     through unload and reload; a follower that cannot read a load reports it and skips it,
+//     keeping adapter ids the same on every rank.
 #include <cmath>
 #include <cstdlib>
 #include <future>
@@ -17,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "worker/engine/engine.h"
 #include "worker/model/weight_source.h"
+#include "worker/runner/lora_test_util.h"
 #include "worker/runner/transformer.h"
 #include "worker/tp/communicator.h"
 #include "worker/tp/step_message.h"
@@ -56,6 +60,90 @@ TEST(TcpStore, SetGetAndTimeout) {
   EXPECT_FALSE(TcpStoreClient::Connect("127.0.0.1", 1, 0.2).ok());
 }
 
+// A follower that cannot read a run-time LoRA load says so (AgreeOnLoraLoads) and installs only
+// the loads every rank read, in order: here rank 0 (a runner driven by hand) installs the good
+// adapter as id 1, and a step naming id 1 runs on both ranks and equals TP 1 with the adapter.
+TEST(TpFollowerLora, UnreadableLoadIsReportedAndSkipped) {
+  const std::string model = Stories260kPath();
+  auto src = OpenWeightSource(model);
+  ASSERT_TRUE(src.ok()) << src.status();
+  const ModelConfig& c = (*src)->config();
+  const std::string path =
+      lora_testing::WriteAdapter("tp-follower.gguf", lora_testing::RandomUpdates(c, 4, 41), 8.f);
+  auto adapter = LoraAdapter::Open("good", path, c);
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  auto comms = MakeInProcessGroup(2, /*timeout_seconds=*/10);
+  absl::Status follower_status;
+  std::thread follower([&] {
+    TpFollowerOptions fo;
+    fo.model_path = model;
+    follower_status = RunTpFollower(fo, comms[1].get());
+  });
+  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378};
+  const std::vector<int32_t> pages = {0};
+  auto run = [&](TransformerRunner& r, std::vector<float>* logits) {
+    PagedKvCache kv(r.MakeKvConfig(16, 4));
+    kv.ResetPage(0);
+    SeqInput in;
+    in.tokens = tokens.data();
+    in.n = static_cast<int>(tokens.size());
+    in.pages = &pages;
+    in.lora = 1;
+    return r.Forward({in}, &kv, logits);
+  };
+  // Rank 0: the hello, then a load the follower cannot read and one it can.
+  RunnerOptions ro;
+  ro.rank = 0;
+  ro.world_size = 2;
+  ro.comm = comms[0].get();
+  auto rank0 = TransformerRunner::Create(**src, ro);
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  TpHello hello;
+  hello.page_size = 16;
+  hello.max_context = 64;
+  hello.kv_pages = 4;
+  hello.n_layers = c.n_layers;
+  hello.vocab_size = c.vocab_size;
+  hello.lora_digest = LoraDigest({});
+  ASSERT_TRUE(BroadcastHello(comms[0].get(), &hello).ok());
+  ASSERT_TRUE(comms[0]->Barrier().ok());
+  StepMessage m;
+  m.kind = StepMessage::Kind::kLora;
+  m.lora_loads = {{"missing", ::testing::TempDir() + "/no-such-adapter.gguf"}, {"good", path}};
+  ASSERT_TRUE(SendStepMessage(comms[0].get(), m).ok());
+  auto failures = AgreeOnLoraLoads(comms[0].get(), {false, false});
+  ASSERT_TRUE(failures.ok()) << failures.status();
+  EXPECT_EQ(*failures, (std::vector<int>{1, 0}));
+  ASSERT_EQ(*(*rank0)->AddLora(**adapter), 1);
+  // A step naming adapter 1 on both ranks.
+  StepMessage step;
+  step.reset_pages = {0};
+  StepEntry e;
+  e.tokens = tokens;
+  e.pages = pages;
+  e.lora = 1;
+  step.entries = {e};
+  ASSERT_TRUE(SendStepMessage(comms[0].get(), step).ok());
+  std::vector<float> got, want;
+  ASSERT_TRUE(run(**rank0, &got).ok());
+  StepMessage bye;
+  bye.kind = StepMessage::Kind::kShutdown;
+  ASSERT_TRUE(SendStepMessage(comms[0].get(), bye).ok());
+  follower.join();
+  EXPECT_TRUE(follower_status.ok()) << follower_status;
+  auto whole = TransformerRunner::Create(**src, RunnerOptions());
+  ASSERT_TRUE(whole.ok());
+  ASSERT_EQ(*(*whole)->AddLora(**adapter), 1);
+  ASSERT_TRUE(run(**whole, &want).ok());
+  ASSERT_EQ(got.size(), want.size());
+  float scale = 0, err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(want[i]));
+    err = std::max(err, std::fabs(got[i] - want[i]));
+  }
+  EXPECT_LE(err, 1e-4f * scale);
+}
+
 TEST(StepMessage, RoundTrip) {
   StepMessage m;
   m.finished = {3, 9};
@@ -72,6 +160,8 @@ TEST(StepMessage, RoundTrip) {
   e.spec.params["gqa"] = "sum";
   e.seed = 77;
   m.entries = {e, StepEntry()};
+  m.lora_loads = {{"a", "/x/a.gguf"}, {"b", "peft-b"}};
+  m.lora_frees = {2, 5};
   auto back = DecodeStepMessage(EncodeStepMessage(m));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->finished, m.finished);
@@ -82,7 +172,18 @@ TEST(StepMessage, RoundTrip) {
   EXPECT_TRUE(back->entries[0].select && back->entries[0].has_spec);
   EXPECT_EQ(back->entries[0].spec.params.at("gqa"), "sum");
   EXPECT_EQ(back->entries[0].seed, 77u);
+  ASSERT_EQ(back->lora_loads.size(), 2u);
+  EXPECT_EQ(back->lora_loads[1].name, "b");
+  EXPECT_EQ(back->lora_loads[1].path, "peft-b");
+  EXPECT_EQ(back->lora_frees, m.lora_frees);
+  m.kind = StepMessage::Kind::kLora;
+  back = DecodeStepMessage(EncodeStepMessage(m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, StepMessage::Kind::kLora);
   EXPECT_FALSE(DecodeStepMessage("xyz").ok());
+  std::string truncated = EncodeStepMessage(m);
+  truncated.pop_back();
+  EXPECT_FALSE(DecodeStepMessage(truncated).ok());
 }
 
 #ifdef TINYSERVE_HAVE_GLOO
@@ -317,9 +418,9 @@ std::vector<GenerateRequest> Requests(const Engine& e) {
 }
 
 // Runs the requests concurrently through an engine; returns each one's tokens.
-std::vector<std::vector<int32_t>> Generate(Engine& e) {
+std::vector<std::vector<int32_t>> Generate(Engine& e, std::vector<GenerateRequest> requests) {
   std::vector<std::shared_ptr<CollectSink>> sinks;
-  for (GenerateRequest& r : Requests(e)) {
+  for (GenerateRequest& r : requests) {
     sinks.push_back(std::make_shared<CollectSink>());
     EXPECT_TRUE(e.Submit(r, sinks.back()).ok());
   }
@@ -332,6 +433,7 @@ std::vector<std::vector<int32_t>> Generate(Engine& e) {
   }
   return out;
 }
+std::vector<std::vector<int32_t>> Generate(Engine& e) { return Generate(e, Requests(e)); }
 
 void ExpectEngineMatches(const std::string& model, int world) {
   SCOPED_TRACE(absl::StrCat(model, " engine TP ", world));
@@ -376,6 +478,67 @@ TEST(GlooTensorParallel, EngineGreedyTokensMatchTpOne) {
   ExpectEngineMatches(Stories260kPath(), 2);
   ExpectEngineMatches(Stories260kPath(), 4);
   if (!TestModels().empty()) ExpectEngineMatches(TestModels() + "/llama-tiny", 2);
+}
+
+// Run-time LoRA on a TP-2 group: an adapter loaded with LoadLora gives the greedy tokens of a
+// TP-1 engine started with it (--lora), half of the requests naming it; after an unload, requests
+// naming it are refused and the base model's tokens are unchanged (every rank freed the same id);
+// loaded again (id 2), the same tokens.
+TEST(GlooTensorParallel, RuntimeLoraMatchesTpOne) {
+  const std::string model = Stories260kPath();
+  auto src = OpenWeightSource(model);
+  ASSERT_TRUE(src.ok()) << src.status();
+  const std::string path = lora_testing::WriteAdapter(
+      "tp-runtime.gguf", lora_testing::RandomUpdates((*src)->config(), 4, 31), 8.f);
+  auto naming = [](std::vector<GenerateRequest> reqs, int id) {
+    for (size_t i = 0; i < reqs.size(); i += 2) reqs[i].lora = id;
+    return reqs;
+  };
+  EngineOptions one_o = BaseOptions(model);
+  one_o.loras = {{"ad", path}};
+  auto one = Engine::Create(one_o);
+  ASSERT_TRUE(one.ok()) << one.status();
+  (*one)->Start();
+  const auto base = Generate(**one);
+  const auto want = Generate(**one, naming(Requests(**one), 1));
+  (*one)->Stop();
+  EXPECT_NE(want[0], base[0]) << "the adapter changes nothing";
+  EXPECT_EQ(want[1], base[1]);
+
+  auto comms = GlooGroup(2);
+  ASSERT_EQ(comms.size(), 2u);
+  absl::Status follower_status;
+  std::thread follower([&] {
+    TpFollowerOptions fo;
+    fo.model_path = model;
+    follower_status = RunTpFollower(fo, comms[1].get());
+  });
+  EngineOptions o = BaseOptions(model);
+  o.tp_size = 2;
+  o.tp_comm = comms[0].get();
+  o.tp_heartbeat_seconds = 0.05;
+  auto tp = Engine::Create(o);
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  Engine& e = **tp;
+  e.Start();
+  auto id = e.LoadLora("ad", path);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, 1);
+  EXPECT_EQ(Generate(e, naming(Requests(e), 1)), want);
+  ASSERT_TRUE(e.UnloadLora("ad").ok());
+  EXPECT_EQ(e.Submit(naming(Requests(e), 1)[0], std::make_shared<CollectSink>()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Generate(e), base);
+  id = e.LoadLora("ad", path);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, 2);
+  EXPECT_EQ(Generate(e, naming(Requests(e), 2)), want);
+  EXPECT_EQ(e.LoadLora("missing", ::testing::TempDir() + "/missing.gguf").status().code(),
+            absl::StatusCode::kNotFound);  // rank 0 reads it first
+  EXPECT_TRUE(e.TpStatus().ok()) << e.TpStatus();
+  tp->reset();
+  follower.join();
+  EXPECT_TRUE(follower_status.ok()) << follower_status;
 }
 
 TEST(GlooTensorParallel, DeadFollowerFailsTheGroupInBoundedTime) {
