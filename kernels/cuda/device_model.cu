@@ -35,6 +35,19 @@ __global__ void GatherRowsKernel(const uint4* src, const int32_t* rows, uint4* d
   for (int i = threadIdx.x; i < n_vec; i += blockDim.x) d[i] = s[i];
 }
 
+// out[s][d] = sum of rows [spans[2s], spans[2s] + spans[2s + 1]) of src, in f32: a pooled
+// sequence's hidden states (the sum for mean pooling, one row for last).
+template <typename T>
+__global__ void PoolRowsKernel(const T* src, const int32_t* spans, float* out, int n) {
+  const int s = blockIdx.x;
+  const int first = spans[2 * s], rows = spans[2 * s + 1];
+  for (int d = threadIdx.x; d < n; d += blockDim.x) {
+    float sum = 0.f;
+    for (int r = 0; r < rows; ++r) sum += ToF32<T>(src[static_cast<int64_t>(first + r) * n + d]);
+    out[static_cast<int64_t>(s) * n + d] = sum;
+  }
+}
+
 // Copies whole pages (all KV heads of one layer) from home to device slots: pair i moves page
 // pairs[2i] of (home_k, home_v) to slot pairs[2i+1] of (slot_k, slot_v). page_vec: 16-byte
 // vectors per page.
@@ -150,8 +163,8 @@ struct DeviceModel::Impl {
 
   // Activations.
   void *x, *h, *qkv, *attn, *tmp, *gu, *act, *hsel;
-  void* hidden_dev = nullptr;   // embeddings: the asked-for rows of h, gathered
-  void* hidden_host = nullptr;  // pinned
+  float* hidden_dev = nullptr;   // embeddings: [max_batch][dim] pooled rows of h
+  float* hidden_host = nullptr;  // pinned
   float* logits_dev = nullptr;
   float* logits_host = nullptr;  // pinned
   void* workspace = nullptr;
@@ -160,7 +173,7 @@ struct DeviceModel::Impl {
   // Per-step integers: one pinned host block mirrored by one device block.
   struct StepLayout {
     size_t ids, positions, new_indptr, seq_lens, page_indptr, page_indices, q_indptr, logit_rows,
-        hidden_rows, total;
+        hidden_spans, total;
   } sl{};
   int32_t* step_host = nullptr;
   int32_t* step_dev = nullptr;
@@ -338,7 +351,8 @@ bool DeviceModel::Impl::Init(std::string* error) {
        Alloc(&qkv, M * qkv_dim * elt, error) && Alloc(&attn, M * qdim * elt, error) &&
        Alloc(&tmp, M * D * elt, error) && Alloc(&gu, M * 2 * F * elt, error) &&
        Alloc(&act, M * F * elt, error) && Alloc(&hsel, M * D * elt, error) &&
-       Alloc(&hidden_dev, M * D * elt, error) && AllocHost(&hidden_host, M * D * elt, 0, error) &&
+       Alloc(reinterpret_cast<void**>(&hidden_dev), size_t(c.max_batch) * D * 4, error) &&
+       AllocHost(reinterpret_cast<void**>(&hidden_host), size_t(c.max_batch) * D * 4, 0, error) &&
        Alloc(reinterpret_cast<void**>(&logits_dev), M * V * sizeof(float), error) &&
        AllocHost(reinterpret_cast<void**>(&logits_host), M * V * sizeof(float), 0, error);
   if (!ok) return false;
@@ -359,7 +373,7 @@ bool DeviceModel::Impl::Init(std::string* error) {
   sl.page_indices = take(B * W);
   sl.q_indptr = take(B + 1);
   sl.logit_rows = take(M);
-  sl.hidden_rows = take(M);
+  sl.hidden_spans = take(2 * B);
   sl.total = off;
   ok = AllocHost(reinterpret_cast<void**>(&step_host), off * 4, 0, error) &&
        Alloc(reinterpret_cast<void**>(&step_dev), off * 4, error);
@@ -800,7 +814,7 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
   put(sl.page_indices, plan.page_indices);
   put(sl.q_indptr, plan.q_indptr);
   put(sl.logit_rows, plan.logit_rows);
-  put(sl.hidden_rows, plan.hidden_rows);
+  put(sl.hidden_spans, plan.hidden_spans);
   for (auto& L : layers)
     if (L.residency) L.residency->Invalidate(plan.written);
 
@@ -842,16 +856,20 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
   } else {
     e = Enqueue(plan, &where);
   }
-  // Embeddings: the final-normed rows asked for, gathered and copied back after the step (never
-  // part of a captured graph).
-  const int n_hidden = static_cast<int>(plan.hidden_rows.size());
+  // Embeddings: the final-normed rows asked for, pooled per sequence on the device and copied
+  // back after the step (never part of a captured graph).
+  const int n_hidden = static_cast<int>(plan.hidden_spans.size() / 2);
   if (e == cudaSuccess && n_hidden > 0 && hidden != nullptr) {
-    LaunchKernel(GatherRowsKernel, n_hidden, 128, 0, stream, static_cast<const uint4*>(h),
-                 step_dev + sl.hidden_rows, static_cast<uint4*>(hidden_dev),
-                 c.dim * static_cast<int>(elt) / 16);
+    if (dt == DType::kBF16)
+      LaunchKernel(PoolRowsKernel<__nv_bfloat16>, n_hidden, 128, 0, stream,
+                   static_cast<const __nv_bfloat16*>(h), step_dev + sl.hidden_spans, hidden_dev,
+                   c.dim);
+    else
+      LaunchKernel(PoolRowsKernel<__half>, n_hidden, 128, 0, stream,
+                   static_cast<const __half*>(h), step_dev + sl.hidden_spans, hidden_dev, c.dim);
     e = cudaGetLastError();
     if (e == cudaSuccess)
-      e = cudaMemcpyAsync(hidden_host, hidden_dev, size_t(n_hidden) * c.dim * elt,
+      e = cudaMemcpyAsync(hidden_host, hidden_dev, size_t(n_hidden) * c.dim * 4,
                           cudaMemcpyDeviceToHost, stream);
     if (e != cudaSuccess) where = "hidden rows";
   }
@@ -861,16 +879,7 @@ bool DeviceModel::Impl::Run(const std::vector<DeviceSeq>& batch, std::vector<flo
     return false;
   }
   logits->assign(logits_host, logits_host + size_t(n_logit_rows) * c.vocab);
-  if (hidden != nullptr) {
-    hidden->resize(size_t(n_hidden) * c.dim);
-    if (dt == DType::kBF16) {
-      const auto* h16 = static_cast<const __nv_bfloat16*>(hidden_host);
-      for (size_t i = 0; i < hidden->size(); ++i) (*hidden)[i] = ToF32(h16[i]);
-    } else {
-      const auto* h16 = static_cast<const __half*>(hidden_host);
-      for (size_t i = 0; i < hidden->size(); ++i) (*hidden)[i] = ToF32(h16[i]);
-    }
-  }
+  if (hidden != nullptr) hidden->assign(hidden_host, hidden_host + size_t(n_hidden) * c.dim);
   // Selection statistics, per decode sequence.
   stats.seqs.assign(n_seq, DeviceSeqStats());
   const int64_t tok_bytes = 2 * int64_t{c.head_dim} * int64_t(elt);  // K + V, one head

@@ -87,7 +87,7 @@ struct DeviceSeq {
   const int32_t* pages = nullptr;   // physical pages covering [0, start_pos + n)
   int n_pages = 0;
   bool all_logits = false;          // logits for every new token, else the last only
-  bool hidden = false;              // return its rows' hidden states (Forward's *hidden)
+  bool hidden = false;              // return its rows' hidden states, summed (Forward's *hidden)
   bool hidden_last = false;         // with hidden: the last row's only
   DeviceAttention attention;        // used when n == 1
   int lora = 0;                     // a LoRA adapter's id (DeviceModel::AddLora); 0: none
@@ -142,10 +142,10 @@ class DeviceModel {
   bool SetWeight(WeightSlot slot, int layer, const float* data, int64_t count,
                  std::string* error);
   // Runs the batch; logits rows in batch order (n rows for all_logits sequences, else 1),
-  // [rows][vocab]; with `hidden`, the final-normed hidden states of the rows of the sequences
-  // that ask (DeviceSeq::hidden: every row, or the last with hidden_last), in batch order,
-  // [rows][hidden size] (embeddings). False (and
-  // *error) on bad input or a CUDA failure.
+  // [rows][vocab]; with `hidden`, one row per sequence that asks (DeviceSeq::hidden), in batch
+  // order, [sequences][hidden size]: the f32 sum of its rows' final-normed hidden states (the
+  // last row's alone with hidden_last), pooled on the device (embeddings). False (and *error)
+  // on bad input or a CUDA failure.
   bool Forward(const std::vector<DeviceSeq>& batch, std::vector<float>* logits, std::string* error,
                std::vector<float>* hidden = nullptr);
   const DeviceStepStats& last_stats() const;

@@ -121,9 +121,10 @@ bool PlanStep(const std::vector<DeviceSeq>& batch, const StepLimits& lim, StepPl
   for (int i = 0; i < n_seq; ++i) {
     const DeviceSeq& s = batch[i];
     for (int j = s.all_logits ? 0 : s.n - 1; j < s.n; ++j) p.logit_rows.push_back(first_row[i] + j);
-    if (s.hidden)
-      for (int j = s.hidden_last ? s.n - 1 : 0; j < s.n; ++j)
-        p.hidden_rows.push_back(first_row[i] + j);
+    if (s.hidden) {
+      p.hidden_spans.push_back(first_row[i] + (s.hidden_last ? s.n - 1 : 0));
+      p.hidden_spans.push_back(s.hidden_last ? 1 : s.n);
+    }
   }
   return true;
 }

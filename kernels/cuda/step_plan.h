@@ -53,7 +53,8 @@ struct StepPlan {
   std::vector<int32_t> page_indices;          // [n_seq * max_pages_per_seq]
   std::vector<int32_t> q_indptr;              // [n_seq - nd + 1] rows of each prefill sequence
   std::vector<int32_t> logit_rows;            // rows whose logits are returned, batch order
-  std::vector<int32_t> hidden_rows;           // DeviceSeq::hidden sequences' rows, batch order
+  // DeviceSeq::hidden sequences, batch order: (first row, rows) pooled into one output row.
+  std::vector<int32_t> hidden_spans;          // [2 * sequences asking]
   std::vector<LoraRun> lora_runs;             // maximal runs of rows sharing an adapter
 };
 

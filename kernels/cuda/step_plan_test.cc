@@ -70,15 +70,15 @@ TEST(StepPlanTest, DecodeGroupsFirstThenPrefillAndLogitsInBatchOrder) {
   EXPECT_EQ(p.max_q_prefill, 3);
   // a's three rows (3, 4, 5), then b (row 0), c (row 2), d (row 1): batch order.
   EXPECT_EQ(p.logit_rows, (std::vector<int32_t>{3, 4, 5, 0, 2, 1}));
-  EXPECT_TRUE(p.hidden_rows.empty());
-  // Embeddings: the rows of the sequences that ask, in batch order (a, then d).
+  EXPECT_TRUE(p.hidden_spans.empty());
+  // Embeddings: the rows of the sequences that ask, in batch order (a, then d), as (first, n).
   std::vector<DeviceSeq> embed = batch;
   embed[0].hidden = embed[3].hidden = true;
   ASSERT_TRUE(PlanStep(embed, Limits(), &p, &err)) << err;
-  EXPECT_EQ(p.hidden_rows, (std::vector<int32_t>{3, 4, 5, 1}));
+  EXPECT_EQ(p.hidden_spans, (std::vector<int32_t>{3, 3, 1, 1}));
   embed[0].hidden_last = true;  // a's last row only
   ASSERT_TRUE(PlanStep(embed, Limits(), &p, &err)) << err;
-  EXPECT_EQ(p.hidden_rows, (std::vector<int32_t>{5, 1}));
+  EXPECT_EQ(p.hidden_spans, (std::vector<int32_t>{5, 1, 1, 1}));
   ASSERT_TRUE(PlanStep(batch, Limits(), &p, &err)) << err;
   // Pages appended to: a's 10; b's 21 (position 4); c's 31 (5); d's 6 (7).
   EXPECT_EQ(p.written, (std::vector<int32_t>{21, 6, 31, 10}));

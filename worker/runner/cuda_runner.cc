@@ -173,20 +173,14 @@ absl::Status CudaRunner::Forward(const std::vector<SeqInput>& batch,
     // Bad shapes were checked by the engine; what is left is a device failure.
     return absl::InternalError(absl::StrCat("cuda forward: ", err));
   }
-  if (any_hidden) {  // pool as TransformerRunner does: the last row, or the sum of the rows
+  if (any_hidden) {  // as TransformerRunner pools: the last row, or add the rows' sum
     const size_t D = static_cast<size_t>(impl_->model->config().dim);
     const float* row = impl_->hidden.data();
     for (size_t i = 0; i < batch.size(); ++i) {
       if (!seqs[i].hidden) continue;
       float* pooled = batch[i].pooled;
-      if (seqs[i].hidden_last) {  // the step returned the last row only
-        std::copy(row, row + D, pooled);
-        row += D;
-      } else {
-        for (int t = 0; t < batch[i].n; ++t)
-          for (size_t d = 0; d < D; ++d) pooled[d] += row[t * D + d];
-        row += batch[i].n * D;
-      }
+      for (size_t d = 0; d < D; ++d) pooled[d] = (seqs[i].hidden_last ? 0.f : pooled[d]) + row[d];
+      row += D;
     }
   }
   const cuda::DeviceStepStats& st = impl_->model->last_stats();
