@@ -37,6 +37,10 @@ struct SelectArgs {
 
 // Scores candidate pages [j0, j1) of (b, g) and hands (j, score) to sink. kD/8 consecutive lanes
 // share one page (16 bytes of kmin and of kmax each); the group's query heads are in registers.
+// Sum aggregation (the default) splits the group's query by sign once: per channel,
+// sum_h max(q_h·mn, q_h·mx) = qp·mx + qn·mn with qp (qn) the sum of the positive (negative) q_h,
+// so a page costs one dot product and one group sum instead of one per query head (as the CPU's
+// BoxScoreSplit).
 // \tparam T   cache element type
 // \tparam kD  head dim (64 or 128)
 template <typename T, int kD, typename Sink>
@@ -55,6 +59,18 @@ __device__ void ScorePages(const SelectArgs& a, int b, int g, int j0, int j1, Si
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) qr[j][e] = 0.f;
+    }
+  }
+  const bool split = a.aggregation == GqaAggregation::kKvSum;
+  float qp[8], qn[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    qp[e] = qn[e] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxGqaGroup; ++j) {
+      const float x = qr[j][e];  // 0 beyond the group
+      qp[e] += fmaxf(x, 0.f);
+      qn[e] += fminf(x, 0.f);
     }
   }
   const int32_t* table = a.page_indices + a.page_indptr[b];
@@ -88,15 +104,22 @@ __device__ void ScorePages(const SelectArgs& a, int b, int g, int j0, int j1, Si
       float mn[8], mx[8];
       Unpack8<T>(mnv[u], mn);
       Unpack8<T>(mxv[u], mx);
-      float agg = a.aggregation == GqaAggregation::kKvMax ? -INFINITY : 0.f;
+      float agg;
+      if (split) {  // uniform across the warp: every lane takes the same branch
+        float s = 0.f;
 #pragma unroll
-      for (int h = 0; h < kMaxGqaGroup; ++h) {
-        if (h < G) {
-          float s = 0.f;
+        for (int e = 0; e < 8; ++e) s += qp[e] * mx[e] + qn[e] * mn[e];
+        agg = GroupSum<kChunks>(s);
+      } else {
+        agg = -INFINITY;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) s += fmaxf(qr[h][e] * mn[e], qr[h][e] * mx[e]);
-          s = GroupSum<kChunks>(s);
-          agg = a.aggregation == GqaAggregation::kKvMax ? fmaxf(agg, s) : agg + s;
+        for (int h = 0; h < kMaxGqaGroup; ++h) {
+          if (h < G) {
+            float s = 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) s += fmaxf(qr[h][e] * mn[e], qr[h][e] * mx[e]);
+            agg = fmaxf(agg, GroupSum<kChunks>(s));
+          }
         }
       }
       if (j < j1 && c == 0) sink(j, agg);
