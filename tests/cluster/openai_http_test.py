@@ -495,8 +495,9 @@ class OpenAiHttpTest(cl.ClusterCase):
         ask = [{"role": "user", "content": "Describe a person named Ada, aged 36, who speaks "
                 "English and French, as JSON with keys name, age and languages."}]
         # Greedy, with a frequency penalty: without one, the 135M model's greedy list of
-        # languages loops ("Italian", "Italian", ...) to max_tokens on some CPUs (AVX-512 here)
-        # and closes on others (AVX2), a near-tie apart; the penalty is what users set for it.
+        # languages looped ("Italian", "Italian", ...) to max_tokens on an AVX-512 Xeon, where
+        # earlier AVX2 machines closed it (greedy paths differ across CPUs); the penalty is what
+        # users set against such loops.
         out = api.chat.completions.create(model="m", messages=ask, max_tokens=120,
                                           temperature=0, frequency_penalty=0.5,
                                           response_format={"type": "json_object"})
