@@ -604,30 +604,39 @@ int DeviceModel::Impl::AddLora(const std::vector<DeviceLoraLayer>& in, std::stri
              std::to_string(c.n_layers);
     return 0;
   }
-  // Shapes ([in, out] per product) and the block's size.
+  // The four products: where they sit on the host and the device, and their shapes.
+  // (Aliases: nvcc's host pass parenthesises member-pointer declarators, which g++ warns of.)
+  using HostMember = const DeviceLoraUpdate DeviceLoraLayer::*;
+  using DevMember = LoraProduct LoraLayerDev::*;
+  struct Product {
+    HostMember host;
+    DevMember dev;
+    const char* name;
+    int K, N;  // in, out
+  };
   const int D = c.dim, F = c.ffn_dim;
-  const std::pair<const DeviceLoraUpdate DeviceLoraLayer::*, std::pair<int, int>> products[] = {
-      {&DeviceLoraLayer::qkv, {D, qkv_dim}},
-      {&DeviceLoraLayer::o, {qdim, D}},
-      {&DeviceLoraLayer::gate_up, {D, 2 * F}},
-      {&DeviceLoraLayer::down, {F, D}}};
-  const char* names[] = {"qkv", "o", "gate_up", "down"};
+  const Product products[] = {{&DeviceLoraLayer::qkv, &LoraLayerDev::qkv, "qkv", D, qkv_dim},
+                              {&DeviceLoraLayer::o, &LoraLayerDev::o, "o", qdim, D},
+                              {&DeviceLoraLayer::gate_up, &LoraLayerDev::gate_up, "gate_up", D,
+                               2 * F},
+                              {&DeviceLoraLayer::down, &LoraLayerDev::down, "down", F, D}};
+  // Each factor takes a 256-byte aligned piece of the block (cuBLAS prefers aligned operands).
+  auto piece = [&](const std::vector<float>& v) { return (v.size() * elt + 255) / 256 * 256; };
   size_t total = 0;
   int max_rank = 0;
   for (int l = 0; l < c.n_layers; ++l)
-    for (int p = 0; p < 4; ++p) {
-      const DeviceLoraUpdate& u = in[l].*(products[p].first);
-      const auto [K, N] = products[p].second;
+    for (const Product& p : products) {
+      const DeviceLoraUpdate& u = in[l].*p.host;
+      const int K = p.K, N = p.N;
       if (u.rank < 0 || u.rank > 4096 || u.a.size() != size_t(u.rank) * K ||
           u.b.size() != size_t(N) * u.rank) {
-        *error = "LoRA update of layer " + std::to_string(l) + " " + names[p] + ": rank " +
+        *error = "LoRA update of layer " + std::to_string(l) + " " + p.name + ": rank " +
                  std::to_string(u.rank) + " with " + std::to_string(u.a.size()) + " + " +
                  std::to_string(u.b.size()) + " elements does not fit [" + std::to_string(K) +
                  " -> " + std::to_string(N) + "]";
         return 0;
       }
-      // 256-byte aligned pieces (cuBLAS prefers 16-byte operands).
-      total += (u.a.size() * elt + 255) / 256 * 256 + (u.b.size() * elt + 255) / 256 * 256;
+      total += piece(u.a) + piece(u.b);
       max_rank = std::max(max_rank, u.rank);
     }
   if (cudaError_t e = cudaSetDevice(c.device); e != cudaSuccess) {
@@ -644,20 +653,17 @@ int DeviceModel::Impl::AddLora(const std::vector<DeviceLoraLayer>& in, std::stri
   cudaError_t e = cudaSuccess;
   auto upload = [&](const std::vector<float>& v) {
     void* dst = at;
-    at += (v.size() * elt + 255) / 256 * 256;
+    at += piece(v);
     if (e == cudaSuccess && !v.empty()) {
       const std::vector<uint16_t> conv = ConvertTo16(v.data(), int64_t(v.size()), c.bf16);
       e = cudaMemcpy(dst, conv.data(), conv.size() * 2, cudaMemcpyHostToDevice);
     }
     return dst;
   };
-  using Product = LoraProduct LoraLayerDev::*;
-  const Product dev[] = {&LoraLayerDev::qkv, &LoraLayerDev::o, &LoraLayerDev::gate_up,
-                         &LoraLayerDev::down};
   for (int l = 0; l < c.n_layers; ++l)
-    for (int p = 0; p < 4; ++p) {
-      const DeviceLoraUpdate& u = in[l].*(products[p].first);
-      LoraProduct& d = a.layers[l].*dev[p];
+    for (const Product& p : products) {
+      const DeviceLoraUpdate& u = in[l].*p.host;
+      LoraProduct& d = a.layers[l].*p.dev;
       d.rank = u.rank;
       d.a = upload(u.a);
       d.b = upload(u.b);
