@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "common/paths.h"
 #include "common/status.h"
 
@@ -84,10 +85,25 @@ void SamplingFlags::Register(FlagSet* f) {
   f->String("regex", &params.regex,
             "a regular expression the whole output must match (sets --response-format regex; "
             "docs/HTTP_API.md gives the syntax)");
+  f->String("grammar", &params.grammar,
+            "a GBNF grammar (llama.cpp's format) the whole output must match (sets "
+            "--response-format grammar)");
+  f->String("grammar-file", &grammar_file, "read --grammar from this file");
 }
 
-SamplingParams SamplingFlags::Build() const {
+absl::StatusOr<SamplingParams> SamplingFlags::Build() const {
   SamplingParams p = params;
+  if (!grammar_file.empty()) {
+    if (!p.grammar.empty()) return absl::InvalidArgumentError("give --grammar or --grammar-file");
+    std::FILE* f = std::fopen(grammar_file.c_str(), "rb");
+    if (f == nullptr) {
+      return absl::NotFoundError(absl::StrCat("--grammar-file: cannot open ", grammar_file));
+    }
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) p.grammar.append(buf, n);
+    std::fclose(f);
+    if (p.grammar.empty()) return absl::InvalidArgumentError("--grammar-file: the file is empty");
+  }
   if (seed >= 0) {
     p.seed = static_cast<uint64_t>(seed);
     p.has_seed = true;
@@ -95,6 +111,7 @@ SamplingParams SamplingFlags::Build() const {
   p.stop = stop;
   if (!p.json_schema.empty() && p.response_format.empty()) p.response_format = "json_schema";
   if (!p.regex.empty() && p.response_format.empty()) p.response_format = "regex";
+  if (!p.grammar.empty() && p.response_format.empty()) p.response_format = "grammar";
   return p;
 }
 

@@ -31,8 +31,9 @@ struct SamplingFlags {
   SamplingParams params;
   int64_t seed = -1;
   std::vector<std::string> stop;
+  std::string grammar_file;
   void Register(FlagSet* flags);
-  SamplingParams Build() const;
+  absl::StatusOr<SamplingParams> Build() const;
 };
 
 // How `generate --server` reaches a server: the API key and TLS files (see

@@ -68,6 +68,7 @@ int RunGenerateClient(const GenerateClientOptions& o) {
   s->set_response_format(p.response_format);
   s->set_json_schema(p.json_schema);
   s->set_regex(p.regex);
+  s->set_grammar(p.grammar);
   if (!o.policy.empty() || o.budget > 0) {
     req.mutable_selection()->set_policy(o.policy);
     req.mutable_selection()->set_budget(o.budget);
@@ -146,7 +147,9 @@ int RunGenerateClient(const std::vector<std::string>& args) {
     return 0;
   }
   if (o.prompt.empty() && !flags.positional().empty()) o.prompt = flags.positional()[0];
-  o.sampling = sf.Build();
+  absl::StatusOr<SamplingParams> sampling = sf.Build();
+  if (!sampling.ok()) return FailWith(std::string(sampling.status().message()));
+  o.sampling = *std::move(sampling);
   o.timeout_seconds = timeout;
   if (flags.WasSet("policy")) o.policy = ef.policy;
   if (flags.WasSet("budget")) o.budget = ef.budget;

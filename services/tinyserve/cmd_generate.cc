@@ -95,7 +95,9 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
 #endif
   }
   if (prompt.empty()) return FailWith("prompt: empty prompt (pass --prompt TEXT)");
-  const SamplingParams sp = sf.Build();
+  absl::StatusOr<SamplingParams> sampling = sf.Build();
+  if (!sampling.ok()) return FailWith(std::string(sampling.status().message()));
+  const SamplingParams sp = *std::move(sampling);
   Stopwatch load;
   absl::StatusOr<EngineOptions> engine_options = ef.Build();
   if (!engine_options.ok()) return FailWith(std::string(engine_options.status().message()));

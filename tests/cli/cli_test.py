@@ -50,6 +50,29 @@ class Generate(unittest.TestCase):
         self.assertIn('"pages_selected"', lines[-1])
 
 
+    def test_grammar_holds_the_output(self):
+        grammar = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ts_grammar_{os.getpid()}.gbnf")
+        with open(grammar, "w") as f:
+            f.write('# a GBNF file, as llama.cpp reads it\n'
+                    'root ::= " " name " had a " pet ("." | "!") (" " name " was " feeling ".")?\n'
+                    'name ::= "Lily" | "Tom" | "Sue"\n'
+                    'pet  ::= ("big " | "little ")? ("dog" | "cat" | "bird")\n'
+                    'feeling ::= [a-z]{3,10}\n')
+        import re
+        pattern = (r" (Lily|Tom|Sue) had a ((big|little) )?(dog|cat|bird)[.!]"
+                   r"( (Lily|Tom|Sue) was [a-z]{3,10}\.)?")
+        try:
+            for extra in ([], ["--temperature", "1", "--seed", "5"], ["--temperature", "1",
+                                                                      "--seed", "9"]):
+                code, out, err = run("generate", "--model", STORIES, "--prompt",
+                                     "Once upon a time,", "--max-tokens", "60",
+                                     "--grammar-file", grammar, *extra)
+                self.assertEqual(code, 0, err)
+                self.assertIsNotNone(re.fullmatch(pattern, out.rstrip("\n")), out)
+        finally:
+            os.unlink(grammar)
+
+
 class Errors(unittest.TestCase):
     def check(self, field, *args):
         code, out, err = run(*args)
@@ -69,6 +92,10 @@ class Errors(unittest.TestCase):
         self.check("top_k", *base, "--prompt", "hi", "--top-k", "-1")
         self.check("repetition_penalty", *base, "--prompt", "hi", "--repetition-penalty", "0")
         self.check("selection.policy", *base, "--prompt", "hi", "--policy", "bogus")
+        self.check("grammar: line 2, column 2: expecting ::=", *base, "--prompt", "hi",
+                   "--grammar", 'root ::= "a"\nb')
+        self.check("--grammar-file: cannot open /nonexistent.gbnf", *base, "--prompt", "hi",
+                   "--grammar-file", "/nonexistent.gbnf")
         self.check("--max-tokens", *base, "--prompt", "hi", "--max-tokens", "many")
         self.check("--nope", *base, "--prompt", "hi", "--nope")
         self.check("/nonexistent/model.gguf", "generate", "--model", "/nonexistent/model.gguf",

@@ -36,8 +36,9 @@ Cases (one CTest entry each, -k test_NAME):
                           logprobs (lm-evaluation-harness's scoring) match llama.cpp's logprobs
                           of the same token ids (tests/golden/smollm2/prompt_logprobs.json, from
                           scripts/make_prompt_logprob_goldens.py)
-  structured_outputs      SmolLM2-135M-Instruct with vLLM's guided_regex, guided_choice and
-                          structured_outputs, and a JSON schema's string "pattern" (Pydantic's
+  structured_outputs      SmolLM2-135M-Instruct with vLLM's guided_regex, guided_choice,
+                          guided_grammar and structured_outputs, llama.cpp's GBNF "grammar",
+                          and a JSON schema's string "pattern" (Pydantic's
                           Field(pattern=...)) and a number's exact bounds (Field(gt=0,
                           lt=0.5)): greedy, sampled and streamed outputs match
                           (checked with Python's re); a bad pattern is a 400 naming the field
@@ -703,6 +704,30 @@ class OpenAiHttpTest(cl.ClusterCase):
         self.assertEqual(finish, "stop")
         self.assertIsNotNone(re.fullmatch(date, text), text)
 
+        # GBNF grammars: llama.cpp server's "grammar", vLLM's guided_grammar and
+        # structured_outputs.grammar. The grammar bounds the length, so each output must end.
+        gbnf = ('root ::= "- " item ("\\n- " item){2}\n'
+                'item ::= [A-Z] [a-z]{1,12} (" " [a-z]{1,12}){0,2}\n')
+        shape = r"- [A-Z][a-z]{1,12}( [a-z]{1,12}){0,2}(\n- [A-Z][a-z]{1,12}( [a-z]{1,12}){0,2}){2}"
+        fruits = [{"role": "user", "content": "Name three fruits as a list."}]
+        for field, seed, temperature in (("grammar", 0, 0.0), ("guided_grammar", 4, 1.0),
+                                         ("guided_grammar", 6, 1.0)):
+            out = api.chat.completions.create(model="m", messages=fruits, max_tokens=120,
+                                              temperature=temperature, seed=seed,
+                                              extra_body={field: gbnf})
+            text = out.choices[0].message.content
+            self.assertEqual(out.choices[0].finish_reason, "stop", text)
+            self.assertIsNotNone(re.fullmatch(shape, text), text)
+        text, finish = "", None
+        for chunk in api.completions.create(
+                model="m", prompt="Three fruits:\n", max_tokens=120, temperature=0, stream=True,
+                extra_body={"structured_outputs": {"grammar": gbnf}}):
+            for c in chunk.choices:
+                text += c.text or ""
+                finish = c.finish_reason or finish
+        self.assertEqual(finish, "stop")
+        self.assertIsNotNone(re.fullmatch(shape, text), text)
+
         # A JSON schema's "pattern", as Pydantic writes Field(pattern=...): held while written.
         from pydantic import BaseModel, Field
 
@@ -728,7 +753,10 @@ class OpenAiHttpTest(cl.ClusterCase):
         for body, param in (({"guided_regex": "(a"}, "guided_regex"),
                             ({"structured_outputs": {"regex": "a(?=b)"}},
                              "structured_outputs.regex"),
-                            ({"guided_choice": "yes"}, "guided_choice")):
+                            ({"guided_choice": "yes"}, "guided_choice"),
+                            ({"grammar": "root ::= item"}, "grammar"),
+                            ({"guided_grammar": "root ::= root \"a\" | \"b\""},
+                             "guided_grammar")):
             with self.assertRaises(openai.BadRequestError) as ctx:
                 api.completions.create(model="m", prompt="x", max_tokens=4, extra_body=body)
             self.assertEqual(ctx.exception.body.get("param"), param)

@@ -23,6 +23,7 @@
 #include "worker/model/weight_source.h"
 #include "worker/runner/cuda_runner.h"
 #include "worker/runner/transformer.h"
+#include "worker/sampling/grammar.h"
 #include "worker/sampling/json_schema.h"
 #include "worker/sampling/regex.h"
 #include "worker/sampling/sampler.h"
@@ -1097,17 +1098,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   }
   TS_ASSIGN_OR_RETURN(impl->source, OpenWeightSource(options.model_path));
   TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(impl->source->tokenizer_data()));
-  {
-    auto table = std::make_shared<TokenTable>();
-    for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {
-      const bool eog = impl->tok->IsEog(id);
-      if (eog) impl->eog_ids.push_back(id);
-      table->bytes.push_back(impl->tok->TokenBytes(id));
-      table->kind.push_back(eog                        ? TokenTable::kEnd
-                            : impl->tok->IsSpecial(id) ? TokenTable::kSpecial
-                                                       : TokenTable::kNormal);
-    }
-    impl->token_table = std::move(table);
+  impl->token_table = MakeTokenTable(*impl->tok);
+  for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {
+    if (impl->token_table->kind[id] == TokenTable::kEnd) impl->eog_ids.push_back(id);
   }
   impl->pool = std::make_unique<ThreadPool>(options.threads);
   const ModelConfig& mc = impl->source->config();
@@ -1213,6 +1206,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
+std::shared_ptr<const TokenTable> MakeTokenTable(const Tokenizer& tok) {
+  auto table = std::make_shared<TokenTable>();
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    table->bytes.push_back(tok.TokenBytes(id));
+    table->kind.push_back(tok.IsEog(id)       ? TokenTable::kEnd
+                          : tok.IsSpecial(id) ? TokenTable::kSpecial
+                                              : TokenTable::kNormal);
+  }
+  return table;
+}
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() { Stop(); }
@@ -1249,6 +1253,10 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
     s->regex = *re;  // the recognizer points into it
     s->sampler->SetConstraint(std::make_unique<RecognizerConstraint<RegexRecognizer>>(
         m.token_table, RegexRecognizer(s->regex.get())));
+  } else if (sp.response_format == "grammar") {
+    auto g = Grammar::Compile(sp.grammar);
+    if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("grammar: ", g.status().message()));
+    s->sampler->SetConstraint(std::make_unique<GrammarConstraint>(m.token_table, *std::move(g)));
   }
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
   const PolicyContext ctx = MakePolicyContext(

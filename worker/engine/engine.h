@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/lora_adapter.h"
 #include "worker/model/model_config.h"
+#include "worker/sampling/json_constraint.h"
 #include "worker/sampling/sampling_params.h"
 #include "worker/select/selection_spec.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -73,6 +74,10 @@ struct EngineOptions {
   // request picks one by GenerateRequest::lora. CPU (tensor-parallel too) and CUDA runners.
   std::vector<LoraModule> loras;
 };
+
+// Each token's bytes and kind (end-of-generation, other special, normal) as the constrained
+// decoders (JSON, schemas, regular expressions, grammars) read them.
+std::shared_ptr<const TokenTable> MakeTokenTable(const Tokenizer& tok);
 
 enum class FinishReason { kLength, kEos, kStopToken, kStopString, kAbort, kDeadline, kError };
 const char* FinishReasonName(FinishReason r);

@@ -38,14 +38,16 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, int
   }
   if (!p.response_format.empty() && p.response_format != "text" &&
       p.response_format != "json_object" && p.response_format != "json_schema" &&
-      p.response_format != "regex")
-    return bad(
-        absl::StrCat("response_format must be text, json_object, json_schema or regex, got '",
-                     p.response_format, "'"));
+      p.response_format != "regex" && p.response_format != "grammar")
+    return bad(absl::StrCat(
+        "response_format must be text, json_object, json_schema, regex or grammar, got '",
+        p.response_format, "'"));
   if ((p.response_format == "json_schema") != !p.json_schema.empty())
     return bad("json_schema: needed exactly when response_format is json_schema");
   if ((p.response_format == "regex") != !p.regex.empty())
     return bad("regex: needed exactly when response_format is regex");
+  if ((p.response_format == "grammar") != !p.grammar.empty())
+    return bad("grammar: needed exactly when response_format is grammar");
   if (p.logprobs < -1 || p.logprobs > 20)
     return bad(absl::StrCat("logprobs must be in [-1, 20], got ", p.logprobs));
   if (p.prompt_logprobs < -1 || p.prompt_logprobs > 20)

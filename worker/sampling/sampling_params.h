@@ -29,9 +29,11 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::string response_format;     // "" or "text": free; "json_object": one JSON object;
                                    // "json_schema": a value matching json_schema;
-                                   // "regex": a text matching regex
+                                   // "regex": a text matching regex;
+                                   // "grammar": a text matching grammar
   std::string json_schema;         // the JSON Schema text (response_format json_schema)
   std::string regex;               // the whole output matches it (response_format regex)
+  std::string grammar;             // GBNF the whole output matches (response_format grammar)
   int logprobs = -1;               // -1 = none; 0 = the chosen token's; n = also top n (<= 20)
   int prompt_logprobs = -1;        // the same for each prompt token (vLLM's prompt_logprobs)
 };

@@ -13,6 +13,7 @@
 #include "common/json_nesting.h"
 #include "common/status.h"
 #include "google/protobuf/util/json_util.h"
+#include "worker/sampling/grammar.h"
 #include "worker/sampling/json_constraint.h"
 #include "worker/sampling/json_schema.h"
 #include "worker/sampling/regex.h"
@@ -393,9 +394,10 @@ absl::Status ParseTools(Fields& f, const ServedModel& model, v1::GenerateRequest
   return absl::OkStatus();
 }
 
-// vLLM's structured outputs: "structured_outputs": {"regex" | "choice" | "json" |
-// "json_object"} and the older top-level "guided_regex", "guided_choice", "guided_json". At most
-// one constraint per request, response_format's included.
+// vLLM's structured outputs: "structured_outputs": {"regex" | "choice" | "json" | "grammar" |
+// "json_object"}, the older top-level "guided_regex", "guided_choice", "guided_json",
+// "guided_grammar", and llama.cpp server's "grammar" (GBNF). At most one constraint per request,
+// response_format's included.
 absl::Status ParseStructuredOutputs(Fields& f, v1::SamplingOptions* s) {
   struct Given {
     std::string field, kind;
@@ -407,28 +409,27 @@ absl::Status ParseStructuredOutputs(Fields& f, v1::SamplingOptions* s) {
     for (const auto& [key, value] : so->items()) {
       if (value.is_null()) continue;
       const std::string field = "structured_outputs." + key;
-      if (key == "regex" || key == "choice" || key == "json") {
+      if (key == "regex" || key == "choice" || key == "json" || key == "grammar") {
         given.push_back({field, key, &value});
       } else if (key == "json_object") {
         if (!value.is_boolean()) return Bad(field, "must be true or false");
         if (value.get<bool>()) given.push_back({field, key, &value});
-      } else if (key == "grammar" || key == "structural_tag") {
-        return Bad(field, "is not supported (regex, choice, json and json_object are)");
+      } else if (key == "structural_tag") {
+        return Bad(field, "is not supported (regex, choice, json, grammar and json_object are)");
       }
     }
   }
-  for (const char* kind : {"regex", "choice", "json"}) {
+  for (const char* kind : {"regex", "choice", "json", "grammar"}) {
     const std::string field = absl::StrCat("guided_", kind);
     if (const json* v = f.Get(field.c_str())) given.push_back({field, kind, v});
   }
-  if (f.Get("guided_grammar") != nullptr) {
-    return Bad("guided_grammar",
-               "is not supported (guided_regex, guided_choice and guided_json are)");
+  if (const json* v = f.Get("grammar"); v != nullptr && !v->is_null()) {
+    given.push_back({"grammar", "grammar", v});
   }
   if (given.empty()) return absl::OkStatus();
   if (given.size() > 1 || (!s->response_format().empty() && s->response_format() != "text")) {
     return Bad(given.back().field,
-               "give one output constraint: response_format, regex, choice or json");
+               "give one output constraint: response_format, regex, choice, json or grammar");
   }
   const auto& [field, kind, value] = given[0];
   std::string pattern;
@@ -455,6 +456,16 @@ absl::Status ParseStructuredOutputs(Fields& f, v1::SamplingOptions* s) {
     if (!schema.is_object() && !schema.is_boolean()) return Bad(field, "must be a JSON Schema");
     s->set_response_format("json_schema");
     s->set_json_schema(schema.dump());
+    return absl::OkStatus();
+  } else if (kind == "grammar") {
+    if (!value->is_string() || value->get<std::string>().empty()) {
+      return Bad(field, "must be a non-empty GBNF grammar");
+    }
+    // Compiled here too, so that a bad grammar is a 400 naming the field.
+    auto g = Grammar::Compile(value->get<std::string>());
+    if (!g.ok()) return Bad(field, std::string(g.status().message()));
+    s->set_response_format("grammar");
+    s->set_grammar(value->get<std::string>());
     return absl::OkStatus();
   } else {  // json_object
     s->set_response_format("json_object");

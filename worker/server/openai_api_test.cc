@@ -142,7 +142,19 @@ TEST(OpenAiParse, StructuredOutputsAsVllmTakesThem) {
   EXPECT_EQ(sampling(R"("structured_outputs": {"json_object": true})").response_format(),
             "json_object");
   EXPECT_EQ(sampling(R"("structured_outputs": {"regex": null, "choice": ["z"]})").regex(), "(?:z)");
+  // GBNF: vLLM's two spellings and llama.cpp server's "grammar".
+  for (const char* field : {R"("guided_grammar": )", R"("grammar": )"}) {
+    const v1::SamplingOptions g = sampling(std::string(field) + R"("root ::= [0-9]+")");
+    EXPECT_EQ(g.response_format(), "grammar");
+    EXPECT_EQ(g.grammar(), "root ::= [0-9]+");
+  }
+  EXPECT_EQ(sampling(R"("structured_outputs": {"grammar": "root ::= \"a\""})").grammar(),
+            "root ::= \"a\"");
   // Errors name the field.
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "grammar": "root ::= root \"a\""})"), "grammar");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "grammar": 7})"), "grammar");
+  EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "grammar": "root ::= \"a\"", "guided_regex": "a"})"),
+            "grammar");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "guided_regex": "(a"})"), "guided_regex");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "guided_regex": ""})"), "guided_regex");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "structured_outputs": {"regex": "a{2,1}"}})"),

@@ -39,6 +39,7 @@ SamplingParams ToSampling(const v1::SamplingOptions& s) {
   p.response_format = s.response_format();
   p.json_schema = s.json_schema();
   p.regex = s.regex();
+  p.grammar = s.grammar();
   for (const auto& [id, bias] : s.logit_bias()) p.logit_bias.push_back({id, bias});
   std::sort(p.logit_bias.begin(), p.logit_bias.end());  // map order is unspecified
   p.has_seed = s.has_seed();

@@ -1,0 +1,122 @@
+// File: worker/sampling/grammar.h
+// GBNF grammars (llama.cpp's format) for constrained decoding: llama.cpp server's "grammar"
+// field, vLLM's guided_grammar and structured_outputs.grammar, gRPC's response_format "grammar".
+//
+//   root   ::= "yes" | "no" | answer
+//   answer ::= [A-Z] [a-z]{2,8} ("." | "!")? ws   # comments run to the end of the line
+//   ws     ::= [ \t\n]*
+//
+// Syntax as llama.cpp's grammars/README.md: rules `name ::= alternatives` (names of letters,
+// digits, '-' and '_'), literals "..." and classes [a-z] / [^...] with the escapes \n \r \t,
+// \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH, "." for any code point, groups ( ), alternatives |,
+// repetitions * + ? {m} {m,} {m,n}; a rule continues past a newline inside ( ) or after '|'.
+// The whole output matches `root`. Refused with an error naming the line and column: syntax
+// errors, undefined rules, rules defined twice, no root, left recursion (llama.cpp refuses it
+// too), a repetition count over kMaxRepeat, grammars past kMaxElements once repetitions are
+// written out, and token references (<[id]>, <text>). Alternatives that can never finish
+// (through a rule that only recurses) are dropped, so no accepted prefix is a dead end.
+//
+// Matching is llama.cpp's: a set of open parses ("stacks" of positions into the rules), each
+// code point advancing every parse whose next terminal accepts it. A grammar so ambiguous that
+// more than kMaxStacks parses stay open refuses the code point that would pass the cap.
+//
+// Thread safety: a compiled Grammar is immutable (shared); recognizers are per request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/sampling/json_constraint.h"
+
+namespace tinyserve {
+
+class Grammar {
+ public:
+  static constexpr int kMaxRepeat = 2000;  // as llama.cpp: {m,n} with n over it has no maximum
+  static constexpr int kMaxElements = 200000;
+  static constexpr size_t kMaxText = 256 * 1024;
+  static constexpr int kMaxStacks = 1024;
+
+  // INVALID_ARGUMENT saying what is wrong and where ("line 2, column 7: expecting ::=").
+  static absl::StatusOr<std::shared_ptr<const Grammar>> Compile(std::string_view text);
+
+  // Open parses, flattened: stack i is data[end[i - 1] .. end[i]), its back the position of
+  // the next terminal; an empty stack is a finished parse.
+  struct Stacks {
+    std::vector<int32_t> data;
+    std::vector<uint32_t> end;
+    size_t size() const { return end.size(); }
+    bool empty() const { return end.empty(); }
+    void clear() {
+      data.clear();
+      end.clear();
+    }
+  };
+  const Stacks& start() const { return start_; }
+  // The parses after code point cp (none: `to` ends empty). `to` must not be `from`.
+  void Advance(const Stacks& from, char32_t cp, Stacks* to) const;
+  // Some parse's next terminal accepts a code point in [lo, hi].
+  bool AnyIn(const Stacks& stacks, char32_t lo, char32_t hi) const;
+  // Some parse is finished.
+  static bool Finished(const Stacks& stacks);
+
+  int num_elements() const { return static_cast<int>(elems_.size()); }
+
+ private:
+  struct Elem {
+    enum Kind : uint8_t { kEnd, kChars, kRef };
+    Kind kind;
+    int32_t value;  // kChars: index into sets_; kRef: rule
+  };
+  // Code point ranges [lo, hi], sorted, disjoint.
+  using CharSet = std::vector<std::pair<char32_t, char32_t>>;
+  static bool Contains(const CharSet& set, char32_t cp);
+
+  // Pushes the parses that `work` stands for onto `to`, expanding rule references on its top
+  // until a terminal (or nothing) is on top. Leaves `work` as it found it.
+  void Expand(std::vector<int32_t>* work, Stacks* to) const;
+  static void AddUnique(const std::vector<int32_t>& stack, Stacks* to);
+
+  std::vector<Elem> elems_;                 // every alternative's elements, each run ended by kEnd
+  std::vector<std::vector<int32_t>> alts_;  // per rule: where its alternatives start
+  std::vector<CharSet> sets_;
+  Stacks start_;
+  friend class GrammarBuilder;
+};
+
+// Which tokens may come next under a grammar: a token whose bytes continue some parse (a code
+// point split across tokens is checked against what its first bytes allow); end-of-generation
+// only once some parse is finished; other special tokens never. Allows() works on scratch
+// stacks, so the open parses are not copied per candidate.
+class GrammarConstraint final : public TokenConstraint {
+ public:
+  GrammarConstraint(std::shared_ptr<const TokenTable> table, std::shared_ptr<const Grammar> g)
+      : table_(std::move(table)), g_(std::move(g)), stacks_(g_->start()) {}
+
+  bool Allows(int32_t id) const override;
+  void Accept(int32_t id) override;
+  bool Complete() const { return utf8_.left == 0 && Grammar::Finished(stacks_); }
+
+ private:
+  struct Utf8 {
+    uint32_t value = 0;  // the bits of the code point so far
+    uint8_t left = 0;    // continuation bytes still to come
+    uint8_t length = 0;  // bytes of the code point being read
+  };
+  // Feeds `bytes` from (stacks, utf8); the result lands in *out (one of scratch_). False when
+  // some byte cannot continue any parse.
+  bool Run(std::string_view bytes, Utf8* utf8, const Grammar::Stacks** out) const;
+
+  std::shared_ptr<const TokenTable> table_;
+  std::shared_ptr<const Grammar> g_;
+  Grammar::Stacks stacks_;
+  Utf8 utf8_;
+  bool dead_ = false;  // a token no parse allowed was accepted: only end-of-generation now
+  mutable Grammar::Stacks scratch_[2];
+};
+
+}  // namespace tinyserve
