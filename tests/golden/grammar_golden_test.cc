@@ -73,6 +73,16 @@ TEST(GrammarGolden, TokenMasksMatchLlamaCpp) {
         }
       }
       const std::string where = name + " before token " + std::to_string(k);
+      // The trie walk over the sorted table says the same as one token at a time.
+      std::vector<uint8_t> scan;
+      constraint.AllowedTokens(static_cast<int>(table->kind.size()), &scan);
+      std::vector<int32_t> scanned;
+      for (int32_t id = 0; id < static_cast<int32_t>(scan.size()); ++id) {
+        if (scan[id] && table->kind[id] == TokenTable::kNormal && !skip.count(id)) {
+          scanned.push_back(id);
+        }
+      }
+      EXPECT_EQ(scanned, allowed) << where;
       EXPECT_EQ(static_cast<int64_t>(allowed.size()), want["count"].get<int64_t>()) << where;
       EXPECT_EQ(Fnv1a(allowed), want["fnv1a"].get<std::string>()) << where;
       if (want.contains("ids")) {

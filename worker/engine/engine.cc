@@ -1214,6 +1214,7 @@ std::shared_ptr<const TokenTable> MakeTokenTable(const Tokenizer& tok) {
                           : tok.IsSpecial(id) ? TokenTable::kSpecial
                                               : TokenTable::kNormal);
   }
+  table->Index();
   return table;
 }
 

@@ -562,17 +562,17 @@ void Grammar::Expand(std::vector<int32_t>* work, Stacks* to) const {
   work->push_back(pos);
 }
 
-void Grammar::Advance(const Stacks& from, char32_t cp, Stacks* to) const {
+void Grammar::Advance(const Stacks& from, char32_t cp, Stacks* to,
+                      std::vector<int32_t>* work) const {
   to->clear();
-  std::vector<int32_t> work;
   uint32_t begin = 0;
   for (uint32_t end : from.end) {
     if (end != begin) {
       const int32_t top = from.data[end - 1];
       if (Contains(sets_[elems_[top].value], cp)) {
-        work.assign(from.data.begin() + begin, from.data.begin() + end - 1);
-        if (elems_[top + 1].kind != Elem::kEnd) work.push_back(top + 1);
-        Expand(&work, to);
+        work->assign(from.data.begin() + begin, from.data.begin() + end - 1);
+        if (elems_[top + 1].kind != Elem::kEnd) work->push_back(top + 1);
+        Expand(work, to);
         if (to->size() > static_cast<size_t>(kMaxStacks)) {
           to->clear();
           return;
@@ -607,58 +607,105 @@ bool Grammar::Finished(const Stacks& stacks) {
   return false;
 }
 
-bool GrammarConstraint::Run(std::string_view bytes, Utf8* u, const Grammar::Stacks** out) const {
-  static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
-  const Grammar::Stacks* cur = &stacks_;
-  int next = 0;  // the scratch to write next
-  for (unsigned char c : bytes) {
-    if (u->left == 0) {
-      if (c < 0x80) {
-        u->value = c;
-        u->length = 1;
-      } else if ((c & 0xE0) == 0xC0) {
-        u->value = c & 0x1F, u->left = 1, u->length = 2;
-      } else if ((c & 0xF0) == 0xE0) {
-        u->value = c & 0x0F, u->left = 2, u->length = 3;
-      } else if ((c & 0xF8) == 0xF0 && c <= 0xF4) {
-        u->value = c & 0x07, u->left = 3, u->length = 4;
-      } else {
-        return false;
-      }
+void GrammarConstraint::Reset(size_t bytes) const {
+  if (levels_.size() < bytes + 1) levels_.resize(bytes + 1);  // before any level points into one
+  levels_[0].stacks = &stacks_;
+  levels_[0].utf8 = utf8_;
+}
+
+bool GrammarConstraint::Step(size_t k, unsigned char c) const {
+  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};  // by length
+  const Level& from = levels_[k];
+  Level& to = levels_[k + 1];
+  Utf8 u = from.utf8;
+  if (u.left == 0) {
+    if (c < 0x80) {
+      u = {c, 0, 1};
+    } else if ((c & 0xE0) == 0xC0) {
+      u = {c & 0x1Fu, 1, 2};
+    } else if ((c & 0xF0) == 0xE0) {
+      u = {c & 0x0Fu, 2, 3};
+    } else if ((c & 0xF8) == 0xF0 && c <= 0xF4) {
+      u = {c & 0x07u, 3, 4};
     } else {
-      if ((c & 0xC0) != 0x80) return false;
-      u->value = u->value << 6 | (c & 0x3F);
-      --u->left;
-    }
-    if (u->left != 0) continue;
-    const char32_t cp = u->value;
-    if (cp < kMin[u->length - 1] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) {
       return false;
     }
-    g_->Advance(*cur, cp, &scratch_[next]);
-    cur = &scratch_[next];
-    next ^= 1;
-    if (cur->empty()) return false;
+  } else {
+    if ((c & 0xC0) != 0x80) return false;
+    u.value = u.value << 6 | (c & 0x3F);
+    --u.left;
   }
-  if (u->left != 0) {
-    // The code points this prefix may still become.
-    const int shift = 6 * u->left;
-    const char32_t lo = std::max<char32_t>(u->value << shift, kMin[u->length - 1]);
-    const char32_t hi =
-        std::min<char32_t>((u->value << shift) | ((1u << shift) - 1), kMaxCodePoint);
-    if (lo > hi || !g_->AnyIn(*cur, lo, hi)) return false;
+  to.utf8 = u;
+  to.stacks = from.stacks;
+  if (u.left != 0) return true;
+  const char32_t cp = u.value;
+  if (cp < kMin[u.length] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+  g_->Advance(*from.stacks, cp, &to.own, &work_);
+  to.stacks = &to.own;
+  return !to.own.empty();
+}
+
+bool GrammarConstraint::CanEnd(size_t k) const {
+  static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+  const Utf8& u = levels_[k].utf8;
+  if (u.left == 0) return true;
+  // The code points this prefix may still become.
+  const int shift = 6 * u.left;
+  const char32_t lo = std::max<char32_t>(u.value << shift, kMin[u.length]);
+  const char32_t hi = std::min<char32_t>((u.value << shift) | ((1u << shift) - 1), kMaxCodePoint);
+  return lo <= hi && g_->AnyIn(*levels_[k].stacks, lo, hi);
+}
+
+bool GrammarConstraint::Feed(const std::string& bytes) const {
+  Reset(bytes.size());
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    if (!Step(k, static_cast<unsigned char>(bytes[k]))) return false;
   }
-  *out = cur;
-  return true;
+  return CanEnd(bytes.size());
 }
 
 bool GrammarConstraint::Allows(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= table_->kind.size()) return false;
   if (table_->kind[id] == TokenTable::kEnd) return dead_ || Complete();
   if (dead_ || table_->kind[id] == TokenTable::kSpecial || table_->bytes[id].empty()) return false;
-  Utf8 u = utf8_;
-  const Grammar::Stacks* out = nullptr;
-  return Run(table_->bytes[id], &u, &out);
+  return Feed(table_->bytes[id]);
+}
+
+void GrammarConstraint::AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const {
+  allowed->assign(vocab, 0);
+  const TokenTable& t = *table_;
+  const int n = std::min<int>(vocab, static_cast<int>(t.kind.size()));
+  const bool end = dead_ || Complete();
+  for (int id = 0; id < n; ++id) {
+    if (t.kind[id] == TokenTable::kEnd) (*allowed)[id] = end;
+  }
+  if (dead_) return;
+  if (t.sorted.empty()) {  // a table without Index()
+    for (int id = 0; id < n; ++id) {
+      if (t.kind[id] == TokenTable::kNormal) (*allowed)[id] = Allows(id);
+    }
+    return;
+  }
+  // levels_[0..valid] hold the previous token's prefix; its first dead_at bytes cannot
+  // continue any parse (SIZE_MAX: it was alive).
+  Reset(t.max_bytes);
+  size_t valid = 0, dead_at = SIZE_MAX;
+  for (size_t j = 0; j < t.sorted.size(); ++j) {
+    const int32_t id = t.sorted[j];
+    const std::string& b = t.bytes[id];
+    const size_t shared = t.shared[j];
+    if (dead_at <= shared) continue;  // behind the same dead prefix
+    dead_at = SIZE_MAX;
+    size_t k = std::min(shared, valid);
+    for (; k < b.size(); ++k) {
+      if (!Step(k, static_cast<unsigned char>(b[k]))) {
+        dead_at = k + 1;
+        break;
+      }
+    }
+    valid = k;
+    if (dead_at == SIZE_MAX && id < n && CanEnd(k)) (*allowed)[id] = 1;
+  }
 }
 
 void GrammarConstraint::Accept(int32_t id) {
@@ -666,15 +713,14 @@ void GrammarConstraint::Accept(int32_t id) {
       table_->kind[id] != TokenTable::kNormal) {
     return;
   }
-  Utf8 u = utf8_;
-  const Grammar::Stacks* out = nullptr;
-  if (!Run(table_->bytes[id], &u, &out)) {
+  if (dead_ || !Feed(table_->bytes[id])) {
     // The sampler found no token the grammar allows (kMaxStacks): end the output.
     dead_ = true;
     return;
   }
-  utf8_ = u;
-  if (out != &stacks_) stacks_ = *out;
+  const Level& last = levels_[table_->bytes[id].size()];
+  utf8_ = last.utf8;
+  if (last.stacks != &stacks_) stacks_ = *last.stacks;
 }
 
 }  // namespace tinyserve

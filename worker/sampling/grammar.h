@@ -57,8 +57,9 @@ class Grammar {
     }
   };
   const Stacks& start() const { return start_; }
-  // The parses after code point cp (none: `to` ends empty). `to` must not be `from`.
-  void Advance(const Stacks& from, char32_t cp, Stacks* to) const;
+  // The parses after code point cp (none: `to` ends empty). `to` must not be `from`; `work` is
+  // scratch.
+  void Advance(const Stacks& from, char32_t cp, Stacks* to, std::vector<int32_t>* work) const;
   // Some parse's next terminal accepts a code point in [lo, hi].
   bool AnyIn(const Stacks& stacks, char32_t lo, char32_t hi) const;
   // Some parse is finished.
@@ -90,14 +91,16 @@ class Grammar {
 
 // Which tokens may come next under a grammar: a token whose bytes continue some parse (a code
 // point split across tokens is checked against what its first bytes allow); end-of-generation
-// only once some parse is finished; other special tokens never. Allows() works on scratch
-// stacks, so the open parses are not copied per candidate.
+// only once some parse is finished; other special tokens never. Nothing is copied per
+// candidate: bytes advance through scratch levels, and AllowedTokens walks the table's sorted
+// tokens as a trie, matching a shared prefix once and skipping every token behind a dead one.
 class GrammarConstraint final : public TokenConstraint {
  public:
   GrammarConstraint(std::shared_ptr<const TokenTable> table, std::shared_ptr<const Grammar> g)
       : table_(std::move(table)), g_(std::move(g)), stacks_(g_->start()) {}
 
   bool Allows(int32_t id) const override;
+  void AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const override;
   void Accept(int32_t id) override;
   bool Complete() const { return utf8_.left == 0 && Grammar::Finished(stacks_); }
 
@@ -107,16 +110,29 @@ class GrammarConstraint final : public TokenConstraint {
     uint8_t left = 0;    // continuation bytes still to come
     uint8_t length = 0;  // bytes of the code point being read
   };
-  // Feeds `bytes` from (stacks, utf8); the result lands in *out (one of scratch_). False when
-  // some byte cannot continue any parse.
-  bool Run(std::string_view bytes, Utf8* utf8, const Grammar::Stacks** out) const;
+  // The state after some bytes: the open parses (own, or an earlier level's while a code point
+  // is incomplete) and the code point being read.
+  struct Level {
+    const Grammar::Stacks* stacks = nullptr;
+    Utf8 utf8;
+    Grammar::Stacks own;
+  };
+  // levels_[0] = the committed state, with room for `bytes` more levels.
+  void Reset(size_t bytes) const;
+  // levels_[k + 1] from levels_[k] and byte c; false when no parse can take it.
+  bool Step(size_t k, unsigned char c) const;
+  // A token may end at levels_[k]: a code point it leaves incomplete can still be taken.
+  bool CanEnd(size_t k) const;
+  // Feeds a token's bytes through the levels; true when all are taken and it may end there.
+  bool Feed(const std::string& bytes) const;
 
   std::shared_ptr<const TokenTable> table_;
   std::shared_ptr<const Grammar> g_;
   Grammar::Stacks stacks_;
   Utf8 utf8_;
   bool dead_ = false;  // a token no parse allowed was accepted: only end-of-generation now
-  mutable Grammar::Stacks scratch_[2];
+  mutable std::vector<Level> levels_;
+  mutable std::vector<int32_t> work_;
 };
 
 }  // namespace tinyserve

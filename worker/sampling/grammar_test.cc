@@ -23,6 +23,7 @@ std::shared_ptr<TokenTable> Table(const std::vector<std::string>& extra = {}) {
   t->kind.push_back(TokenTable::kSpecial);
   t->bytes.push_back("");
   t->kind.push_back(TokenTable::kEnd);
+  t->Index();
   return t;
 }
 
@@ -37,8 +38,11 @@ std::shared_ptr<const Grammar> Compiled(std::string_view text) {
 int Feed(const std::shared_ptr<const Grammar>& g, std::string_view text) {
   static const auto table = Table();
   GrammarConstraint c(table, g);
+  std::vector<uint8_t> all;
   for (size_t i = 0; i < text.size(); ++i) {
     const int32_t id = static_cast<unsigned char>(text[i]);
+    c.AllowedTokens(static_cast<int>(table->kind.size()), &all);
+    EXPECT_EQ(all[id], c.Allows(id)) << i;
     if (!c.Allows(id)) return static_cast<int>(i);
     c.Accept(id);
   }

@@ -1,5 +1,7 @@
 #include "worker/sampling/json_constraint.h"
 
+#include <algorithm>
+
 namespace tinyserve {
 namespace {
 
@@ -187,6 +189,27 @@ bool JsonRecognizer::Close(unsigned char c) {
   --depth_;
   mode_ = AfterValue();
   return true;
+}
+
+void TokenTable::Index() {
+  sorted.clear();
+  shared.clear();
+  max_bytes = 0;
+  for (size_t id = 0; id < bytes.size(); ++id) {
+    if (kind[id] == kNormal && !bytes[id].empty()) sorted.push_back(static_cast<int32_t>(id));
+    max_bytes = std::max(max_bytes, bytes[id].size());
+  }
+  std::sort(sorted.begin(), sorted.end(),
+            [&](int32_t a, int32_t b) { return bytes[a] < bytes[b]; });
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    size_t n = 0;
+    if (i > 0) {
+      const std::string& a = bytes[sorted[i - 1]];
+      const std::string& b = bytes[sorted[i]];
+      while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    }
+    shared.push_back(static_cast<uint16_t>(std::min<size_t>(n, UINT16_MAX)));
+  }
 }
 
 }  // namespace tinyserve

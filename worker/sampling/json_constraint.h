@@ -95,6 +95,13 @@ struct TokenTable {
   enum Kind : uint8_t { kNormal, kSpecial, kEnd };
   std::vector<std::string> bytes;
   std::vector<Kind> kind;
+  // The normal tokens with bytes, sorted by them, and per entry how many leading bytes it shares
+  // with the entry before: a constraint's full-vocabulary scan walks them as a trie (a prefix
+  // many tokens share is matched once). Filled by Index(), after bytes and kind.
+  std::vector<int32_t> sorted;
+  std::vector<uint16_t> shared;
+  size_t max_bytes = 0;
+  void Index();
 };
 
 // Which tokens may come next under a byte-level recognizer R (JsonRecognizer for json_object,
@@ -104,6 +111,11 @@ class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
   virtual bool Allows(int32_t id) const = 0;
+  // (*allowed)[id] = Allows(id) for every id below vocab; a constraint may do it faster.
+  virtual void AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const {
+    allowed->resize(vocab);
+    for (int i = 0; i < vocab; ++i) (*allowed)[i] = Allows(i);
+  }
   // Commits a token (one Allows accepted).
   virtual void Accept(int32_t id) = 0;
 };

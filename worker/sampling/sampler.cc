@@ -60,12 +60,13 @@ SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t
   }
   SampleResult r = Draw(logits, vocab);
   if (constraint_ == nullptr) return r;
-  // Constrained (JSON): keep the draw when the grammar allows it; otherwise mask every token
-  // it does not allow and draw again (llama.cpp's order: the full mask only on a miss).
+  // Constrained: keep the draw when the grammar allows it; otherwise mask every token it does
+  // not allow and draw again (llama.cpp's order: the full mask only on a miss).
   if (!constraint_->Allows(r.id)) {
+    constraint_->AllowedTokens(vocab, &allowed_);
     bool any = false;
     for (int i = 0; i < vocab; ++i) {
-      if (constraint_->Allows(i)) {
+      if (allowed_[i]) {
         any = true;
       } else {
         logits[i] = -std::numeric_limits<float>::infinity();

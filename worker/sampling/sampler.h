@@ -51,6 +51,7 @@ class Sampler {
 
   SamplingParams p_;
   std::unique_ptr<TokenConstraint> constraint_;
+  std::vector<uint8_t> allowed_;    // the constraint's verdicts on a miss
   std::vector<int32_t> held_back_;  // ids that cannot be drawn before min_tokens
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
