@@ -672,40 +672,11 @@ bool GrammarConstraint::Allows(int32_t id) const {
 }
 
 void GrammarConstraint::AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const {
-  allowed->assign(vocab, 0);
-  const TokenTable& t = *table_;
-  const int n = std::min<int>(vocab, static_cast<int>(t.kind.size()));
-  const bool end = dead_ || Complete();
-  for (int id = 0; id < n; ++id) {
-    if (t.kind[id] == TokenTable::kEnd) (*allowed)[id] = end;
-  }
-  if (dead_) return;
-  if (t.sorted.empty()) {  // a table without Index()
-    for (int id = 0; id < n; ++id) {
-      if (t.kind[id] == TokenTable::kNormal) (*allowed)[id] = Allows(id);
-    }
-    return;
-  }
-  // levels_[0..valid] hold the previous token's prefix; its first dead_at bytes cannot
-  // continue any parse (SIZE_MAX: it was alive).
-  Reset(t.max_bytes);
-  size_t valid = 0, dead_at = SIZE_MAX;
-  for (size_t j = 0; j < t.sorted.size(); ++j) {
-    const int32_t id = t.sorted[j];
-    const std::string& b = t.bytes[id];
-    const size_t shared = t.shared[j];
-    if (dead_at <= shared) continue;  // behind the same dead prefix
-    dead_at = SIZE_MAX;
-    size_t k = std::min(shared, valid);
-    for (; k < b.size(); ++k) {
-      if (!Step(k, static_cast<unsigned char>(b[k]))) {
-        dead_at = k + 1;
-        break;
-      }
-    }
-    valid = k;
-    if (dead_at == SIZE_MAX && id < n && CanEnd(k)) (*allowed)[id] = 1;
-  }
+  if (dead_ || table_->sorted.empty()) return TokenConstraint::AllowedTokens(vocab, allowed);
+  Reset(table_->max_bytes);
+  ScanTokenTable(
+      *table_, vocab, Complete(), [&](size_t k, unsigned char c) { return Step(k, c); },
+      [&](size_t k) { return CanEnd(k); }, allowed);
 }
 
 void GrammarConstraint::Accept(int32_t id) {

@@ -15,6 +15,7 @@
 // Thread safety: per request, like the Sampler that owns it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -120,6 +121,40 @@ class TokenConstraint {
   virtual void Accept(int32_t id) = 0;
 };
 
+// The full-vocabulary verdicts of a byte-level constraint, walking table.sorted as a trie:
+// step(k, c) takes byte c from level k to level k + 1 (false: no text can continue from
+// there), can_end(k) says whether a token may end at level k; level 0 is the committed state
+// and levels go up to table.max_bytes. A prefix many tokens share is stepped once, and every
+// token behind a dead prefix is skipped. End-of-generation tokens get end_ok. Needs Index().
+template <typename Step, typename CanEnd>
+void ScanTokenTable(const TokenTable& table, int vocab, bool end_ok, Step step, CanEnd can_end,
+                    std::vector<uint8_t>* allowed) {
+  allowed->assign(vocab, 0);
+  const int n = std::min<int>(vocab, static_cast<int>(table.kind.size()));
+  for (int id = 0; id < n; ++id) {
+    if (table.kind[id] == TokenTable::kEnd) (*allowed)[id] = end_ok;
+  }
+  // Levels 0..valid hold the previous token's prefix; its first dead_at bytes cannot continue
+  // (SIZE_MAX: it was alive).
+  size_t valid = 0, dead_at = SIZE_MAX;
+  for (size_t j = 0; j < table.sorted.size(); ++j) {
+    const int32_t id = table.sorted[j];
+    const std::string& b = table.bytes[id];
+    const size_t shared = table.shared[j];
+    if (dead_at <= shared) continue;  // behind the same dead prefix
+    dead_at = SIZE_MAX;
+    size_t k = std::min(shared, valid);
+    for (; k < b.size(); ++k) {
+      if (!step(k, static_cast<unsigned char>(b[k]))) {
+        dead_at = k + 1;
+        break;
+      }
+    }
+    valid = k;
+    if (dead_at == SIZE_MAX && id < n && can_end(k)) (*allowed)[id] = 1;
+  }
+}
+
 template <typename R>
 class RecognizerConstraint final : public TokenConstraint {
  public:
@@ -133,6 +168,17 @@ class RecognizerConstraint final : public TokenConstraint {
     R next = state_;
     return next.Feed(table_->bytes[id]);
   }
+  void AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const override {
+    if (table_->sorted.empty()) return TokenConstraint::AllowedTokens(vocab, allowed);
+    levels_.assign(table_->max_bytes + 1, state_);
+    ScanTokenTable(
+        *table_, vocab, state_.Complete(),
+        [&](size_t k, unsigned char c) {
+          levels_[k + 1] = levels_[k];
+          return levels_[k + 1].Feed(std::string_view(reinterpret_cast<const char*>(&c), 1));
+        },
+        [](size_t) { return true; }, allowed);
+  }
   void Accept(int32_t id) override {
     if (id >= 0 && static_cast<size_t>(id) < table_->kind.size() &&
         table_->kind[id] == TokenTable::kNormal) {
@@ -144,6 +190,7 @@ class RecognizerConstraint final : public TokenConstraint {
  private:
   std::shared_ptr<const TokenTable> table_;
   R state_;
+  mutable std::vector<R> levels_;  // AllowedTokens' scratch: the state after each byte
 };
 
 // response_format json_object: one JSON object.

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "worker/sampling/regex.h"
 #include "worker/sampling/sampler.h"
 
 namespace tinyserve {
@@ -108,6 +109,50 @@ TEST(JsonObjectConstraint, AllowsByGrammarEndOnlyWhenClosedSpecialNever) {
   EXPECT_TRUE(c.Complete());
   EXPECT_TRUE(c.Allows(0));
   EXPECT_FALSE(c.Allows(2));
+}
+
+TEST(RecognizerConstraint, AllowedTokensWalkSaysWhatAllowsSays) {
+  // Every string of 1 to 3 bytes over a small alphabet (a split é included), sorted by Index().
+  const std::string alphabet = "{}\"a: 1,[]\xC3\xA9";
+  std::vector<std::string> tokens = {"<eos>", "<sp>"};
+  for (char a : alphabet) {
+    tokens.push_back(std::string(1, a));
+    for (char b : alphabet) {
+      tokens.push_back(std::string{a, b});
+      for (char c : alphabet) tokens.push_back(std::string{a, b, c});
+    }
+  }
+  auto table = Table(tokens);
+  table->Index();
+  const int vocab = static_cast<int>(tokens.size());
+  auto check = [&](const TokenConstraint& c, const std::string& where) {
+    std::vector<uint8_t> walk;
+    c.AllowedTokens(vocab, &walk);
+    int allowed = 0;
+    for (int id = 0; id < vocab; ++id) {
+      ASSERT_EQ(walk[id] != 0, c.Allows(id)) << where << ": token " << id;
+      allowed += walk[id];
+    }
+    EXPECT_GT(allowed, 0) << where;
+  };
+  const std::string doc = "{\"a\": [1, \"a\xC3\xA9\"], \"aa\": {}}";
+  JsonObjectConstraint json(table, JsonRecognizer());
+  auto re = Regex::Compile("a[0-9]{1,3}(:| )\xC3\xA9+");
+  ASSERT_TRUE(re.ok());
+  RecognizerConstraint<RegexRecognizer> regex(table, RegexRecognizer(re->get()));
+  const std::string text = "a12:\xC3\xA9\xC3\xA9";
+  auto id_of = [&](char c) {
+    return static_cast<int32_t>(std::find(tokens.begin(), tokens.end(), std::string(1, c)) -
+                                tokens.begin());
+  };
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    check(json, "json after " + std::to_string(i) + " bytes");
+    if (i <= text.size()) check(regex, "regex after " + std::to_string(i) + " bytes");
+    if (i < doc.size()) json.Accept(id_of(doc[i]));
+    if (i < text.size()) regex.Accept(id_of(text[i]));
+  }
+  EXPECT_TRUE(json.Complete());
+  EXPECT_TRUE(regex.Complete());
 }
 
 TEST(Sampler, JsonObjectConstraintShapesGreedyAndSampledOutput) {
