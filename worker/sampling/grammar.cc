@@ -347,9 +347,14 @@ class GrammarBuilder {
         seq->push_back({true, RuleId(text_.substr(start, pos_ - start))});
       } else if (c == '(') {
         const size_t at = pos_++;
+        if (++nesting_ > Grammar::kMaxNesting) {
+          return Fail(at,
+                      absl::StrCat("parentheses nest more than ", Grammar::kMaxNesting, " deep"));
+        }
         Space(true);
         std::vector<Alt> alts;
         if (!ParseAlternates(owner, true, &alts)) return false;
+        --nesting_;
         if (Peek() != ')') return Fail(at, "the group has no closing )");
         ++pos_;
         if (!Count(1)) return false;
@@ -484,7 +489,7 @@ class GrammarBuilder {
     return -1;
   }
 
-  std::shared_ptr<const Grammar> Flatten(int32_t root) {
+  absl::StatusOr<std::shared_ptr<const Grammar>> Flatten(int32_t root) {
     auto g = std::make_shared<Grammar>();
     g->sets_ = std::move(sets_);
     g->elems_ = {{Grammar::Elem::kRef, root}, {Grammar::Elem::kEnd, 0}};
@@ -499,14 +504,22 @@ class GrammarBuilder {
       }
     }
     std::vector<int32_t> work = {0};
-    g->Expand(&work, &g->start_);
-    return g;
+    int64_t budget = Grammar::kMaxExpand;
+    g->Expand(&work, &g->start_, &budget);
+    if (budget < 0 || g->start_.size() > static_cast<size_t>(Grammar::kMaxStacks)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the grammar is too ambiguous or too deep: its start opens more than ",
+                       Grammar::kMaxStacks, " parses, takes more than ", Grammar::kMaxExpand,
+                       " rule expansions or nests more than ", Grammar::kMaxChain, " rules"));
+    }
+    return std::shared_ptr<const Grammar>(std::move(g));
   }
 
   std::string_view text_;
   size_t pos_ = 0;
   std::string error_;
   size_t elements_ = 0;
+  int nesting_ = 0;
   std::map<std::string, int32_t, std::less<>> ids_;
   std::vector<std::vector<Alt>> rules_;
   std::vector<std::string> names_;
@@ -540,7 +553,9 @@ void Grammar::AddUnique(const std::vector<int32_t>& stack, Stacks* to) {
   to->end.push_back(static_cast<uint32_t>(to->data.size()));
 }
 
-void Grammar::Expand(std::vector<int32_t>* work, Stacks* to) const {
+void Grammar::Expand(std::vector<int32_t>* work, Stacks* to, int64_t* budget, int depth) const {
+  if (depth > kMaxChain) *budget = -1;
+  if (--*budget < 0 || to->size() > static_cast<size_t>(kMaxStacks)) return;
   if (work->empty() || elems_[work->back()].kind == Elem::kChars) {
     AddUnique(*work, to);
     return;
@@ -551,10 +566,10 @@ void Grammar::Expand(std::vector<int32_t>* work, Stacks* to) const {
   if (more) work->push_back(pos + 1);
   for (int32_t a : alts_[elems_[pos].value]) {
     if (elems_[a].kind == Elem::kEnd) {  // an empty alternative
-      Expand(work, to);
+      Expand(work, to, budget, depth + 1);
     } else {
       work->push_back(a);
-      Expand(work, to);
+      Expand(work, to, budget, depth + 1);
       work->pop_back();
     }
   }
@@ -562,8 +577,8 @@ void Grammar::Expand(std::vector<int32_t>* work, Stacks* to) const {
   work->push_back(pos);
 }
 
-void Grammar::Advance(const Stacks& from, char32_t cp, Stacks* to,
-                      std::vector<int32_t>* work) const {
+void Grammar::Advance(const Stacks& from, char32_t cp, Stacks* to, std::vector<int32_t>* work,
+                      int64_t* budget) const {
   to->clear();
   uint32_t begin = 0;
   for (uint32_t end : from.end) {
@@ -572,8 +587,8 @@ void Grammar::Advance(const Stacks& from, char32_t cp, Stacks* to,
       if (Contains(sets_[elems_[top].value], cp)) {
         work->assign(from.data.begin() + begin, from.data.begin() + end - 1);
         if (elems_[top + 1].kind != Elem::kEnd) work->push_back(top + 1);
-        Expand(work, to);
-        if (to->size() > static_cast<size_t>(kMaxStacks)) {
+        Expand(work, to, budget);
+        if (*budget < 0 || to->size() > static_cast<size_t>(kMaxStacks)) {
           to->clear();
           return;
         }
@@ -640,7 +655,11 @@ bool GrammarConstraint::Step(size_t k, unsigned char c) const {
   if (u.left != 0) return true;
   const char32_t cp = u.value;
   if (cp < kMin[u.length] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-  g_->Advance(*from.stacks, cp, &to.own, &work_);
+  int64_t budget = Grammar::kMaxExpand;
+  if (scan_left_ > 0) budget = std::min(budget, scan_left_);
+  const int64_t given = budget;
+  g_->Advance(*from.stacks, cp, &to.own, &work_, &budget);
+  if (scan_left_ > 0) scan_left_ = std::max<int64_t>(1, scan_left_ - (given - budget));
   to.stacks = &to.own;
   return !to.own.empty();
 }
@@ -674,9 +693,11 @@ bool GrammarConstraint::Allows(int32_t id) const {
 void GrammarConstraint::AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const {
   if (dead_ || table_->sorted.empty()) return TokenConstraint::AllowedTokens(vocab, allowed);
   Reset(table_->max_bytes);
+  scan_left_ = Grammar::kMaxScan;
   ScanTokenTable(
       *table_, vocab, Complete(), [&](size_t k, unsigned char c) { return Step(k, c); },
       [&](size_t k) { return CanEnd(k); }, allowed);
+  scan_left_ = 0;
 }
 
 void GrammarConstraint::Accept(int32_t id) {

@@ -18,7 +18,11 @@
 //
 // Matching is llama.cpp's: a set of open parses ("stacks" of positions into the rules), each
 // code point advancing every parse whose next terminal accepts it. A grammar so ambiguous that
-// more than kMaxStacks parses stay open refuses the code point that would pass the cap.
+// more than kMaxStacks parses stay open, or that needs more than kMaxExpand rule expansions for
+// one code point, refuses the code point that would pass the cap; a vocabulary mask that would
+// take more than kMaxScan expansions refuses the tokens it did not reach. Recursion depth is
+// bounded (kMaxNesting while parsing, kMaxChain while matching), so no grammar can exhaust a
+// thread's stack.
 //
 // Thread safety: a compiled Grammar is immutable (shared); recognizers are per request.
 #pragma once
@@ -39,7 +43,11 @@ class Grammar {
   static constexpr int kMaxRepeat = 2000;  // as llama.cpp: {m,n} with n over it has no maximum
   static constexpr int kMaxElements = 200000;
   static constexpr size_t kMaxText = 256 * 1024;
-  static constexpr int kMaxStacks = 1024;
+  static constexpr int kMaxNesting = 256;       // parentheses inside parentheses
+  static constexpr int kMaxChain = 1000;        // rules entered (nested) before a character matches
+  static constexpr int kMaxStacks = 256;        // parses open at once
+  static constexpr int64_t kMaxExpand = 20000;  // rule expansions for one code point
+  static constexpr int64_t kMaxScan = 4000000;  // rule expansions for one vocabulary mask
 
   // INVALID_ARGUMENT saying what is wrong and where ("line 2, column 7: expecting ::=").
   static absl::StatusOr<std::shared_ptr<const Grammar>> Compile(std::string_view text);
@@ -58,8 +66,10 @@ class Grammar {
   };
   const Stacks& start() const { return start_; }
   // The parses after code point cp (none: `to` ends empty). `to` must not be `from`; `work` is
-  // scratch.
-  void Advance(const Stacks& from, char32_t cp, Stacks* to, std::vector<int32_t>* work) const;
+  // scratch; *budget (rule expansions) is spent, and running out ends with none, as does
+  // passing kMaxStacks.
+  void Advance(const Stacks& from, char32_t cp, Stacks* to, std::vector<int32_t>* work,
+               int64_t* budget) const;
   // Some parse's next terminal accepts a code point in [lo, hi].
   bool AnyIn(const Stacks& stacks, char32_t lo, char32_t hi) const;
   // Some parse is finished.
@@ -78,8 +88,10 @@ class Grammar {
   static bool Contains(const CharSet& set, char32_t cp);
 
   // Pushes the parses that `work` stands for onto `to`, expanding rule references on its top
-  // until a terminal (or nothing) is on top. Leaves `work` as it found it.
-  void Expand(std::vector<int32_t>* work, Stacks* to) const;
+  // until a terminal (or nothing) is on top. Leaves `work` as it found it. Stops early once
+  // *budget (one per call) runs out or `to` passes kMaxStacks; recursing past kMaxChain spends
+  // the whole budget.
+  void Expand(std::vector<int32_t>* work, Stacks* to, int64_t* budget, int depth = 0) const;
   static void AddUnique(const std::vector<int32_t>& stack, Stacks* to);
 
   std::vector<Elem> elems_;                 // every alternative's elements, each run ended by kEnd
@@ -133,6 +145,7 @@ class GrammarConstraint final : public TokenConstraint {
   bool dead_ = false;  // a token no parse allowed was accepted: only end-of-generation now
   mutable std::vector<Level> levels_;
   mutable std::vector<int32_t> work_;
+  mutable int64_t scan_left_ = 0;  // AllowedTokens' expansions left (0: not scanning)
 };
 
 }  // namespace tinyserve
