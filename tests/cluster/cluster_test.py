@@ -267,6 +267,10 @@ class ClusterTest(cl.ClusterCase):
         bad_policy = request("hi")
         bad_policy.selection.policy = "no_such_policy"
         cases.append(("unknown policy", bad_policy, "policy"))
+        for bad_id in ("__probe1", "__embed/x/0", "x" * 257):  # reserved, too long
+            q = request("hi")
+            q.request_id = bad_id
+            cases.append((f"request_id {bad_id[:12]}", q, "request_id"))
         for address in (w.address, r.address):
             for name, q, field in cases:
                 res = generate(address, q, timeout=10)

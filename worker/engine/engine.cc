@@ -1235,7 +1235,7 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   s->prompt_len = static_cast<int>(request.prompt_ids.size());
   s->tokens = request.prompt_ids;
   if (request.pooling != Pooling::kNone) s->pooled.assign(m.model().dim, 0.0f);
-  s->internal = request.request_id.rfind("__probe", 0) == 0;
+  s->internal = request.internal;
   SamplingParams sp = request.sampling;
   if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;
   s->sampler = std::make_unique<Sampler>(sp, sp.ignore_eos ? std::vector<int32_t>() : m.eog_ids);
@@ -1455,6 +1455,7 @@ absl::Status Engine::HealthProbe() {
   GenerateRequest r;
   static std::atomic<int64_t> counter{0};
   r.request_id = absl::StrCat("__probe", counter++);
+  r.internal = true;
   r.prompt_ids = {std::max(0, impl_->tok->bos_id())};
   r.sampling.max_tokens = 1;
   r.deadline = NowSeconds() + 10;

@@ -142,6 +142,7 @@ class RequestSink {
 
 struct GenerateRequest {
   std::string request_id;
+  bool internal = false;  // the server's own (health probes): not counted, not held by max_queue
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
   std::optional<SelectionSpec> selection;  // nullopt: the server's default

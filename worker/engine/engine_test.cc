@@ -563,6 +563,17 @@ TEST(Engine, HealthProbeRunsAForward) {
   e->Start();
   EXPECT_TRUE(e->HealthProbe().ok());
   EXPECT_EQ(e->Stats().kv_pages_used, 0);
+  EXPECT_EQ(e->Stats().prompt_tokens_total, 0);  // the server's own request is not counted
+  // Internal is the request's flag, not its id: a request named like a probe is counted.
+  auto sink = std::make_shared<CollectSink>();
+  GenerateRequest r = Greedy(*e, "Once upon a time", 3);
+  r.request_id = "__probe0";
+  ASSERT_TRUE(e->Submit(std::move(r), sink).ok());
+  for (int i = 0; i < 500 && e->Stats().generated_tokens_total < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(e->Stats().generated_tokens_total, 3);
+  EXPECT_GT(e->Stats().prompt_tokens_total, 0);
 }
 
 }  // namespace

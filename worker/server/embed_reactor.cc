@@ -41,7 +41,8 @@ class EmbedJob : public std::enable_shared_from_this<EmbedJob> {
   void OnFinish(size_t i, FinishReason reason, const RequestUsage& usage, absl::Status status);
 
  private:
-  std::string EngineId(size_t i) const { return absl::StrCat(id_, "-", i); }
+  // In the server's reserved "__" namespace, so no caller's id can equal it.
+  std::string EngineId(size_t i) const { return absl::StrCat("__embed/", id_, "/", i); }
   // Submits inputs while fewer than the engine's batch are running (under mu_).
   void SubmitMore();
   // Ends the call (once): aborts what still runs; the reactor is not touched afterwards.

@@ -65,11 +65,26 @@ absl::StatusOr<int> ResolveLora(const std::string& name, const std::vector<LoraI
                    "' (loaded: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
 }
 
+// A caller's request_id: ids beginning with "__" name the server's own requests (health probes,
+// an Embed call's inputs), so a caller can neither take their place nor abort them by name.
+absl::Status CheckRequestId(const std::string& id) {
+  if (id.size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id: at most ", kMaxRequestIdBytes, " bytes, got ", id.size()));
+  }
+  if (id.rfind("__", 0) == 0) {
+    return absl::InvalidArgumentError(
+        "request_id: ids beginning with \"__\" are reserved for the server's own requests");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<GenerateRequest>> ToEngineEmbedRequests(
     const v1::EmbedRequest& request, const Tokenizer& tokenizer,
     const std::vector<LoraInfo>& loras) {
+  TS_RETURN_IF_ERROR(CheckRequestId(request.request_id()));
   if (request.inputs().empty()) return absl::InvalidArgumentError("inputs: no input given");
   if (request.inputs_size() > kMaxEmbedInputs)
     return absl::InvalidArgumentError(
@@ -107,6 +122,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
                                                 const Tokenizer& tokenizer,
                                                 const SelectionSpec& default_selection,
                                                 const std::vector<LoraInfo>& loras) {
+  TS_RETURN_IF_ERROR(CheckRequestId(request.request_id()));
   GenerateRequest out;
   const int vocab = tokenizer.vocab_size();
   switch (request.prompt_case()) {

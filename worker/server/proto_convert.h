@@ -25,6 +25,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const tinyserve::v1::GenerateReq
 // Embed: one engine request per input (tokenized, pooling set; request_id and deadline are
 // left to the caller). Errors name the field ("inputs[3]: empty ...").
 inline constexpr int kMaxEmbedInputs = 2048;  // OpenAI's limit per call
+inline constexpr size_t kMaxRequestIdBytes = 256;
 absl::StatusOr<std::vector<GenerateRequest>> ToEngineEmbedRequests(
     const tinyserve::v1::EmbedRequest& request, const Tokenizer& tokenizer,
     const std::vector<LoraInfo>& loras);
