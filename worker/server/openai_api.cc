@@ -423,9 +423,7 @@ absl::Status ParseStructuredOutputs(Fields& f, v1::SamplingOptions* s) {
     const std::string field = absl::StrCat("guided_", kind);
     if (const json* v = f.Get(field.c_str())) given.push_back({field, kind, v});
   }
-  if (const json* v = f.Get("grammar"); v != nullptr && !v->is_null()) {
-    given.push_back({"grammar", "grammar", v});
-  }
+  if (const json* v = f.Get("grammar")) given.push_back({"grammar", "grammar", v});
   if (given.empty()) return absl::OkStatus();
   if (given.size() > 1 || (!s->response_format().empty() && s->response_format() != "text")) {
     return Bad(given.back().field,
