@@ -84,8 +84,8 @@ int RunServeCommand(const std::vector<std::string>& args) {
   flags.Double("ready-timeout", &ready_timeout, "seconds to wait for readiness");
   flags.StringList("worker-arg", &worker_args, "extra flag for every worker (repeatable)");
   flags.String("tool-call-parser", &tool_call_parser,
-               "the router's HTTP API: hermes parses tool_choice \"auto\" outputs' <tool_call> "
-               "blocks into tool calls (off: \"auto\" is refused)");
+               "the router's HTTP API: hermes or llama3_json parses tool_choice \"auto\" "
+               "outputs' calls in that format into tool calls (off: \"auto\" is refused)");
   if (auto s = flags.Parse(args); !s.ok()) return FailWith(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);

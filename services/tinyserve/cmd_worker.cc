@@ -224,8 +224,9 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   flags.Int("http-port", &o.http_port, "OpenAI-compatible HTTP API port (0: off)");
   flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
   flags.String("tool-call-parser", &o.tool_call_parser,
-               "hermes: tool_choice \"auto\" parses <tool_call> blocks of the output into tool "
-               "calls (off: \"auto\" is refused)");
+               "hermes or llama3_json: tool_choice \"auto\" parses the output's calls in that "
+               "format (<tool_call> blocks; Llama 3's JSON objects) into tool calls (off: "
+               "\"auto\" is refused)");
   RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port, &o.http_tls);
   RegisterTracingFlags(&flags, &o.tracing);
   flags.Bool("allow-runtime-lora", &o.allow_runtime_lora,

@@ -237,10 +237,12 @@ HttpFrontend::HttpFrontend(const HttpFrontendOptions& options,
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
     const HttpFrontendOptions& options, std::shared_ptr<grpc::Channel> channel,
     prometheus::Registry* registry, std::shared_ptr<prometheus::Collectable> metrics) {
-  if (!options.tool_call_parser.empty() && options.tool_call_parser != "hermes")
+  if (!options.tool_call_parser.empty() && options.tool_call_parser != "hermes" &&
+      options.tool_call_parser != "llama3_json")
     return absl::InvalidArgumentError(absl::StrCat(
         "--tool-call-parser: '", options.tool_call_parser,
-        "' is not a parser TinyServe has (hermes; leave it unset to refuse \"auto\")"));
+        "' is not a parser TinyServe has (hermes, llama3_json; leave it unset to refuse "
+        "\"auto\")"));
   std::unique_ptr<HttpFrontend> f(
       new HttpFrontend(options, std::move(channel), registry, std::move(metrics)));
   mg_init_library(0);

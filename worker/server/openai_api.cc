@@ -319,11 +319,13 @@ absl::Status ParseTools(Fields& f, const ServedModel& model, v1::GenerateRequest
     if (model.tool_call_parser.empty()) {
       return Bad("tool_choice",
                  "\"auto\" (the default with tools) needs a parser of the model's tool-call "
-                 "format: start the server with --tool-call-parser hermes, or name a function "
+                 "format: start the server with --tool-call-parser hermes (or llama3_json), or "
+                 "name a function "
                  "({\"type\": \"function\", \"function\": {\"name\": ...}}) or use "
                  "\"required\"");
     }
     out->tool_choice = ParsedRequest::ToolChoice::kAuto;
+    out->tool_parser = model.tool_call_parser;
     for (const auto& fn : functions) out->tool_names.push_back(fn.first);
     r->mutable_chat()->set_tools_json(list.dump());
     return absl::OkStatus();
@@ -1052,7 +1054,87 @@ json ResponseBuilder::ToolCall(const std::string& text) const {
   return CallObject(name, arguments);
 }
 
+namespace {
+
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+// The end of the JSON value starting at text[i] (an object or array: brackets counted outside
+// strings), or npos when it does not close.
+size_t JsonValueEnd(const std::string& text, size_t i) {
+  int depth = 0;
+  bool in_string = false;
+  for (; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      if (ch == '\\') {
+        ++i;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      ++depth;
+    } else if (ch == '}' || ch == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
+size_t ResponseBuilder::AutoContentLimit(const std::string& text, size_t sent) const {
+  if (request_.tool_parser == "llama3_json") {
+    // vLLM's reading: the output is calls only when it begins with one; until that is decided
+    // (nothing but whitespace yet, or a "{" or the python tag begun) nothing goes out.
+    if (sent > 0) return text.size();
+    const size_t b = SkipSpace(text, 0);
+    const std::string_view rest = std::string_view(text).substr(b);
+    if (rest.empty() || rest[0] == '{' || kPythonTag.substr(0, rest.size()) == rest ||
+        rest.substr(0, kPythonTag.size()) == kPythonTag) {
+      return 0;
+    }
+    return text.size();
+  }
+  // hermes: content flows until a <tool_call> begins (a partial marker at the end waits).
+  const size_t marker = text.find("<tool_call>");
+  return marker != std::string::npos ? marker
+                                     : text.size() - PartialMarkerAtEnd(text, "<tool_call>");
+}
+
 json ResponseBuilder::AutoToolCalls(const std::string& text, std::string* content) const {
+  auto known = [&](const json& call) {
+    return call.is_object() && call.contains("name") && call["name"].is_string() &&
+           std::find(request_.tool_names.begin(), request_.tool_names.end(),
+                     call["name"].get<std::string>()) != request_.tool_names.end();
+  };
+  if (request_.tool_parser == "llama3_json") {
+    size_t i = SkipSpace(text, 0);
+    if (text.compare(i, kPythonTag.size(), kPythonTag) == 0)
+      i = SkipSpace(text, i + kPythonTag.size());
+    if (i >= text.size() || text[i] != '{') return nullptr;
+    content->clear();
+    json calls = json::array();
+    while (i < text.size()) {
+      const size_t end = JsonValueEnd(text, i);
+      if (end == std::string::npos) return nullptr;
+      const std::string_view one = std::string_view(text).substr(i, end - i);
+      if (JsonNesting(one) > kMaxJsonDepth) return nullptr;  // the output is untrusted too
+      const json call = json::parse(one, nullptr, /*allow_exceptions=*/false);
+      if (!known(call)) return nullptr;
+      const char* key = call.contains("parameters") ? "parameters" : "arguments";
+      if (!call.contains(key)) return nullptr;
+      calls.push_back(CallObject(call["name"].get<std::string>(),
+                                 call[key].dump(-1, ' ', false, json::error_handler_t::replace)));
+      i = SkipSpace(text, end);
+      if (i < text.size()) {
+        if (text[i] != ';') return nullptr;
+        i = SkipSpace(text, i + 1);
+      }
+    }
+    return calls;
+  }
   constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
   size_t at = text.find(kOpen);
   if (at == std::string::npos) return nullptr;
@@ -1067,15 +1149,11 @@ json ResponseBuilder::AutoToolCalls(const std::string& text, std::string* conten
       return nullptr;
     const json call = json::parse(text.substr(body, end - body), nullptr,
                                   /*allow_exceptions=*/false);
-    if (!call.is_object() || !call.contains("name") || !call["name"].is_string()) return nullptr;
-    const std::string name = call["name"].get<std::string>();
-    if (std::find(request_.tool_names.begin(), request_.tool_names.end(), name) ==
-        request_.tool_names.end())
-      return nullptr;
-    if (!call.contains("arguments")) return nullptr;
+    if (!known(call) || !call.contains("arguments")) return nullptr;
     // As vLLM: the arguments as JSON text (json.dumps), whatever their type.
     calls.push_back(
-        CallObject(name, call["arguments"].dump(-1, ' ', false, json::error_handler_t::replace)));
+        CallObject(call["name"].get<std::string>(),
+                   call["arguments"].dump(-1, ' ', false, json::error_handler_t::replace)));
     at = end == text.size() ? std::string::npos : text.find(kOpen, end + kClose.size());
   }
   return calls;
@@ -1091,13 +1169,9 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
     json lp = nullptr;
     if (request_.logprobs) AddLogprobs(c, chunk, &lp);
     if (auto_tools && request_.stream) {
-      // Content streams until a <tool_call> begins (a partial marker at the end waits for the
-      // next chunk); the calls go out whole at the end.
+      // Content streams until a call may have begun; the calls go out whole at the end.
       c.text += chunk.text();
-      const size_t marker = c.text.find("<tool_call>");
-      const size_t limit = marker != std::string::npos
-                               ? marker
-                               : c.text.size() - PartialMarkerAtEnd(c.text, "<tool_call>");
+      const size_t limit = AutoContentLimit(c.text, c.sent);
       const std::string text = limit > c.sent ? c.text.substr(c.sent, limit - c.sent) : "";
       c.sent = std::max(c.sent, limit);
       if (text.empty() && lp.is_null() && c.started) return "";

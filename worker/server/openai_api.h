@@ -62,8 +62,11 @@ struct ServedModel {
   // a "model" that is neither the base model's name nor an adapter's is a 404 (vLLM's
   // "model does not exist"); with none, any "model" is served by the base model.
   std::vector<std::string> loras;
-  // "hermes" (HttpFrontendOptions::tool_call_parser): tool_choice "auto" is served, and
-  // <tool_call>{...}</tool_call> blocks of the output become tool calls. Empty: refused.
+  // HttpFrontendOptions::tool_call_parser: with one, tool_choice "auto" is served and the
+  // output's calls in that format become tool calls. "hermes": <tool_call>{...}</tool_call>
+  // blocks; "llama3_json": an output that is JSON objects {"name", "parameters" or
+  // "arguments"} separated by ";" (after an optional <|python_tag|>), Llama 3.x's format.
+  // Empty: "auto" is refused.
   std::string tool_call_parser;
 };
 
@@ -85,6 +88,7 @@ struct ParsedRequest {
   enum class ToolChoice { kOff, kNamed, kRequired, kAuto };
   ToolChoice tool_choice = ToolChoice::kOff;
   std::vector<std::string> tool_names;  // kAuto: the functions a call may name
+  std::string tool_parser;              // kAuto: ServedModel::tool_call_parser
   // The function called when there is one candidate (the output is its arguments); empty with
   // several (the output is {"name": ..., "arguments": {...}}, a tagged union of the tools).
   std::string tool_name;
@@ -152,10 +156,13 @@ class ResponseBuilder {
   };
   // The tool call an output makes, or null when it is not one (cut short by max_tokens).
   Json ToolCall(const std::string& text) const;
-  // tool_choice "auto": the calls of the output's <tool_call> blocks (Hermes' format, as
-  // vLLM's hermes parser reads it), null when it has none or one does not parse as a call
-  // of a known function; *content is the text before the first block.
+  // tool_choice "auto": the output's calls in the request's format (vLLM's hermes and
+  // llama3_json parsers), null when it has none or one does not parse as a call of a known
+  // function; *content is the text before the first call.
   Json AutoToolCalls(const std::string& text, std::string* content) const;
+  // Streamed "auto" output: how many bytes of `text` may go out as content now (the rest may
+  // still turn out to be a call).
+  size_t AutoContentLimit(const std::string& text, size_t sent) const;
   Json ChunkObject(Json choices) const;
   Json ChoiceDelta(int index, const std::string& text, const Json& logprobs,
                    const std::string& finish_reason, bool first) const;

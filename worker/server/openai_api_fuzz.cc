@@ -1,7 +1,8 @@
 // libFuzzer target for the OpenAI-compatible request parser and response builder
 // (openai_api.h): any body must give a request or an INVALID_ARGUMENT, never a crash; a parsed
 // request's responses must build (the body is also the output text, so tool_choice "auto"'s
-// <tool_call> parsing sees it). Built with -DTINYSERVE_FUZZ=ON (clang).
+// call parsing sees it, with the hermes parser and the llama3_json one). Built with
+// -DTINYSERVE_FUZZ=ON (clang).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -11,8 +12,10 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace oa = tinyserve::openai;
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  const oa::ServedModel model{"m", 2048, {"lora-a"}, "hermes"};
-  for (oa::Endpoint e : {oa::Endpoint::kCompletions, oa::Endpoint::kChat}) {
+  const oa::ServedModel hermes{"m", 2048, {"lora-a"}, "hermes"};
+  const oa::ServedModel llama3{"m", 2048, {"lora-a"}, "llama3_json"};
+  for (oa::Endpoint e : {oa::Endpoint::kCompletions, oa::Endpoint::kChat, oa::Endpoint::kChat}) {
+    const oa::ServedModel& model = e == oa::Endpoint::kCompletions || size % 2 ? hermes : llama3;
     auto r = oa::ParseRequest(e, body, model, "fuzz");
     if (!r.ok()) {
       // A "model" that is neither "m" nor an adapter is NOT_FOUND (404).

@@ -758,4 +758,87 @@ TEST(OpenAiResponse, AutoToolChoiceParsesHermesToolCalls) {
 }
 
 }  // namespace
+// tool_choice "auto" with the llama3_json parser (Llama 3.x's format, as vLLM reads it): an
+// output that begins with a JSON object (or <|python_tag|>) is calls separated by ";", each
+// {"name", "parameters" or "arguments"}; anything else is content.
+TEST(OpenAiResponse, AutoToolChoiceParsesLlama3JsonToolCalls) {
+  const ServedModel llama3{"m", 8192, {}, "llama3_json"};
+  const std::string body = R"({"messages": [{"role": "user", "content": "Paris?"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather"}},
+                {"type": "function", "function": {"name": "add"}}])";
+  auto parsed = ParseRequest(Endpoint::kChat, body + "}", llama3, "req");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tool_choice, ParsedRequest::ToolChoice::kAuto);
+  auto run = [&](const std::vector<std::string>& chunks) {
+    ResponseBuilder b(*parsed, "chatcmpl-a", 5);
+    for (const std::string& c : chunks) b.OnResponse(0, Chunk(c, 3, -0.1f));
+    b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 2));
+    return json::parse(b.Body())["choices"][0];
+  };
+  json c = run({" {\"name\": \"get_weather\", ", "\"parameters\": {\"city\": \"Paris\"}}"});
+  EXPECT_TRUE(c["message"]["content"].is_null());
+  ASSERT_EQ(c["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(c["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(c["finish_reason"], "tool_calls");
+  c =
+      run({"<|python_tag|>{\"name\": \"add\", \"arguments\": {\"a\": \"}\"}}; "
+           "{\"name\": \"get_weather\", \"parameters\": {}}"});
+  ASSERT_EQ(c["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(json::parse(c["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"a": "}"})"));  // a brace inside a string does not end the call
+  EXPECT_EQ(c["message"]["tool_calls"][1]["function"]["arguments"], "{}");
+  for (const std::string& text :
+       {std::string("It is sunny."), std::string("{\"name\": \"nope\", \"parameters\": {}}"),
+        std::string("{\"name\": \"add\", \"parameters\": {}} and more"),
+        std::string("{\"name\": \"add\"}"), std::string("{\"name\": \"add\", \"parameters\": {"),
+        std::string("Sure: {\"name\": \"add\", \"parameters\": {}}"),
+        "{\"name\": \"add\", \"parameters\": " + std::string(100, '[') + std::string(100, ']') +
+            "}"}) {
+    c = run({text});
+    EXPECT_EQ(c["message"]["content"], text);
+    EXPECT_FALSE(c["message"].contains("tool_calls")) << text;
+    EXPECT_EQ(c["finish_reason"], "stop");
+  }
+
+  // Streamed: nothing goes out while the output may begin a call; text that cannot is content
+  // at once.
+  auto s = ParseRequest(Endpoint::kChat, body + R"(, "stream": true})", llama3, "req");
+  ASSERT_TRUE(s.ok());
+  std::string content;
+  json calls = json::array();
+  std::string finish;
+  auto feed = [&](const std::string& events) {
+    for (const std::string& e : Events(events)) {
+      const json choice = json::parse(e)["choices"][0];
+      if (choice["delta"].contains("content") && choice["delta"]["content"].is_string())
+        content += choice["delta"]["content"].get<std::string>();
+      if (choice["delta"].contains("tool_calls"))
+        for (const json& t : choice["delta"]["tool_calls"]) calls.push_back(t);
+      if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+    }
+  };
+  ResponseBuilder sb(*s, "chatcmpl-s", 5);
+  feed(sb.OnResponse(0, Chunk("<|pyth", 3, -0.1f)));
+  feed(sb.OnResponse(0, Chunk("on_tag|>{\"name\": \"add\", ", 3, -0.1f)));
+  feed(sb.OnResponse(0, Chunk("\"parameters\": {\"a\": 2}}", 3, -0.1f)));
+  EXPECT_EQ(content, "");
+  feed(sb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 3)));
+  EXPECT_EQ(content, "");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["function"]["name"], "add");
+  EXPECT_EQ(finish, "tool_calls");
+  ResponseBuilder tb(*s, "chatcmpl-t", 5);
+  feed(tb.OnResponse(0, Chunk(" ", 3, -0.1f)));
+  EXPECT_EQ(content, "");  // only whitespace: undecided
+  feed(tb.OnResponse(0, Chunk("Sunny {", 3, -0.1f)));
+  EXPECT_EQ(content, " Sunny {");
+  feed(tb.OnResponse(0, Chunk("\"a\"}", 3, -0.1f)));
+  EXPECT_EQ(content, " Sunny {\"a\"}");
+  feed(tb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 3)));
+  EXPECT_EQ(content, " Sunny {\"a\"}");
+  EXPECT_EQ(finish, "stop");
+}
+
 }  // namespace tinyserve::openai
