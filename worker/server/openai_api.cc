@@ -398,8 +398,8 @@ absl::Status ParseTools(Fields& f, const ServedModel& model, v1::GenerateRequest
 
 // vLLM's structured outputs: "structured_outputs": {"regex" | "choice" | "json" | "grammar" |
 // "json_object"}, the older top-level "guided_regex", "guided_choice", "guided_json",
-// "guided_grammar", and llama.cpp server's "grammar" (GBNF). At most one constraint per request,
-// response_format's included.
+// "guided_grammar", llama.cpp server's "grammar" and SGLang's "ebnf" (GBNF). At most one
+// constraint per request, response_format's included.
 absl::Status ParseStructuredOutputs(Fields& f, v1::SamplingOptions* s) {
   struct Given {
     std::string field, kind;
@@ -425,7 +425,9 @@ absl::Status ParseStructuredOutputs(Fields& f, v1::SamplingOptions* s) {
     const std::string field = absl::StrCat("guided_", kind);
     if (const json* v = f.Get(field.c_str())) given.push_back({field, kind, v});
   }
-  if (const json* v = f.Get("grammar")) given.push_back({"grammar", "grammar", v});
+  for (const char* field : {"grammar", "ebnf"}) {  // llama-server's and SGLang's names
+    if (const json* v = f.Get(field)) given.push_back({field, "grammar", v});
+  }
   if (given.empty()) return absl::OkStatus();
   if (given.size() > 1 || (!s->response_format().empty() && s->response_format() != "text")) {
     return Bad(given.back().field,

@@ -142,8 +142,8 @@ TEST(OpenAiParse, StructuredOutputsAsVllmTakesThem) {
   EXPECT_EQ(sampling(R"("structured_outputs": {"json_object": true})").response_format(),
             "json_object");
   EXPECT_EQ(sampling(R"("structured_outputs": {"regex": null, "choice": ["z"]})").regex(), "(?:z)");
-  // GBNF: vLLM's two spellings and llama.cpp server's "grammar".
-  for (const char* field : {R"("guided_grammar": )", R"("grammar": )"}) {
+  // GBNF: vLLM's two spellings, llama.cpp server's "grammar" and SGLang's "ebnf".
+  for (const char* field : {R"("guided_grammar": )", R"("grammar": )", R"("ebnf": )"}) {
     const v1::SamplingOptions g = sampling(std::string(field) + R"("root ::= [0-9]+")");
     EXPECT_EQ(g.response_format(), "grammar");
     EXPECT_EQ(g.grammar(), "root ::= [0-9]+");
