@@ -62,6 +62,7 @@ struct Sequence {
   std::unique_ptr<Sampler> sampler;
   std::shared_ptr<const JsonSchema> json_schema;  // json_schema output: its compiled schema
   std::shared_ptr<const Regex> regex;             // regex output: its automaton
+  absl::Status error;  // why it ends with kError when Finish is given no status
   // prompt_logprobs: one per prompt token, filled as the prefill's rows come, sent with the
   // first token (then dropped).
   std::vector<GeneratedToken> prompt_lp;
@@ -249,6 +250,7 @@ void Engine::Impl::FreePages(Sequence& s) {
 void Engine::Impl::Finish(std::unique_ptr<Sequence>& s, FinishReason reason, absl::Status status) {
   if (s->finished) return;
   s->finished = true;
+  if (reason == FinishReason::kError && status.ok()) status = s->error;
   FreePages(*s);
   if (tp != nullptr && s->tp_announced) tp_finished.push_back(s->uid);
   const double now = NowSeconds();
@@ -426,6 +428,10 @@ std::optional<FinishReason> Engine::Impl::Emit(Sequence& s, const SampleResult& 
   std::optional<FinishReason> reason = TakeText(s, r.id, &t.text);
   if (!reason && (s.generated >= sp.max_tokens || static_cast<int>(s.tokens.size()) >= max_context))
     reason = FinishReason::kLength;
+  if (absl::Status c = s.sampler->ConstraintStatus(); !c.ok()) {  // the grammar gave up
+    s.error = std::move(c);
+    reason = FinishReason::kError;
+  }
   if (reason && *reason != FinishReason::kStopString) {
     t.text += s.held + s.utf8.Flush();
     s.held.clear();

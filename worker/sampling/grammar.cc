@@ -147,8 +147,10 @@ class GrammarBuilder {
     std::vector<Alt> alts;
     if (!ParseAlternates(id, false, &alts)) return false;
     rules_[id] = std::move(alts);
-    if (Peek() == '\r') ++pos_;
-    if (Peek() == '\n') {
+    if (Peek() == '\r') {
+      ++pos_;
+      if (Peek() == '\n') ++pos_;
+    } else if (Peek() == '\n') {
       ++pos_;
     } else if (!AtEnd()) {
       return Fail(pos_, "expecting a newline or the end after the rule");
@@ -273,8 +275,7 @@ class GrammarBuilder {
     if (!(Peek() >= '0' && Peek() <= '9')) return Fail(pos_, "expecting a number");
     int64_t x = 0;
     while (Peek() >= '0' && Peek() <= '9') {
-      x = x * 10 + (Peek() - '0');
-      if (x > 1000000000) return Fail(pos_, "the number is too large");
+      x = std::min<int64_t>(x * 10 + (Peek() - '0'), int64_t{1} << 40);  // saturates
       ++pos_;
     }
     *v = x;
@@ -367,8 +368,9 @@ class GrammarBuilder {
         seq->push_back({false, SetOf({{0, kMaxCodePoint}})});
       } else if (c == '*' || c == '+' || c == '?') {
         ++pos_;
+        // last_start stays: a repetition after a repetition applies to the whole of it, as in
+        // llama.cpp ("a"{2}? is ("a" "a")?).
         if (!Repeat(owner, seq, last_start, c == '+' ? 1 : 0, c == '?' ? 1 : -1)) return false;
-        last_start = seq->size();
       } else if (c == '{') {
         const size_t at = pos_++;
         Space(nested);
@@ -396,7 +398,6 @@ class GrammarBuilder {
         if (max >= 0 && max < min) return Fail(at, "the repetition's maximum is below its minimum");
         if (max > Grammar::kMaxRepeat) max = -1;  // llama.cpp's reading: no maximum
         if (!Repeat(owner, seq, last_start, min, max)) return false;
-        last_start = seq->size();
       } else if (c == '<' || c == '!') {
         return Fail(pos_, "token references (<[id]>, <text>) are not supported");
       } else {
@@ -438,22 +439,15 @@ class GrammarBuilder {
     return ok[ids_.at("root")];
   }
 
-  // A rule on a cycle of "can start with" edges through nullable prefixes, or -1.
+  // A rule on a cycle of "can start with" edges, or -1. As llama.cpp reads it, a reference
+  // may be followed to the next one only when its rule has an empty alternative of its own (a
+  // cycle through rules that are only empty by way of others ends at run time instead, at a
+  // state already expanded).
   int LeftRecursive() const {
     const size_t n = rules_.size();
     std::vector<bool> nullable(n, false);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        if (nullable[r]) continue;
-        for (const Alt& a : rules_[r]) {
-          if (std::all_of(a.begin(), a.end(),
-                          [&](const Sym& s) { return s.ref && nullable[s.value]; })) {
-            nullable[r] = changed = true;
-            break;
-          }
-        }
-      }
+    for (size_t r = 0; r < n; ++r) {
+      for (const Alt& a : rules_[r]) nullable[r] = nullable[r] || a.empty();
     }
     std::vector<std::vector<int32_t>> starts(n);
     for (size_t r = 0; r < n; ++r) {
@@ -503,9 +497,10 @@ class GrammarBuilder {
         g->elems_.push_back({Grammar::Elem::kEnd, 0});
       }
     }
-    std::vector<int32_t> work = {0};
+    Grammar::Scratch scratch;
+    scratch.work = {0};
     int64_t budget = Grammar::kMaxExpand;
-    g->Expand(&work, &g->start_, &budget);
+    g->Expand(&scratch, &g->start_, &budget);
     if (budget < 0 || g->start_.size() > static_cast<size_t>(Grammar::kMaxStacks)) {
       return absl::InvalidArgumentError(
           absl::StrCat("the grammar is too ambiguous or too deep: its start opens more than ",
@@ -540,36 +535,64 @@ bool Grammar::Contains(const CharSet& set, char32_t cp) {
   return it != set.begin() && cp <= std::prev(it)->second;
 }
 
-void Grammar::AddUnique(const std::vector<int32_t>& stack, Stacks* to) {
-  uint32_t begin = 0;
-  for (uint32_t end : to->end) {
-    if (end - begin == stack.size() &&
-        std::equal(stack.begin(), stack.end(), to->data.begin() + begin)) {
-      return;
+bool Grammar::Stacks::AddUnique(const std::vector<int32_t>& stack) {
+  uint64_t h = 0xcbf29ce484222325ULL ^ stack.size();
+  for (int32_t v : stack) h = (h ^ static_cast<uint32_t>(v)) * 0x100000001b3ULL;
+  auto equal = [&](size_t i) {
+    const uint32_t b = i == 0 ? 0 : end[i - 1];
+    return hash[i] == h && end[i] - b == stack.size() &&
+           std::equal(stack.begin(), stack.end(), data.begin() + b);
+  };
+  if (end.size() < kIndexed) {  // few: a scan is cheaper than hashing
+    for (size_t i = 0; i < end.size(); ++i) {
+      if (equal(i)) return false;
     }
-    begin = end;
+  } else {
+    if (end.size() == kIndexed || slots.size() < 2 * end.size()) {
+      // Index what is there: the first time past kIndexed since clear(), or to grow.
+      size_t n = 64;
+      while (n < 4 * end.size()) n <<= 1;
+      slots.assign(std::max(n, slots.size()), 0);
+      for (size_t i = 0; i < end.size(); ++i) Place(i);
+    }
+    const size_t mask = slots.size() - 1;
+    for (size_t at = h & mask; slots[at] != 0; at = (at + 1) & mask) {
+      if (equal(slots[at] - 1)) return false;
+    }
   }
-  to->data.insert(to->data.end(), stack.begin(), stack.end());
-  to->end.push_back(static_cast<uint32_t>(to->data.size()));
+  data.insert(data.end(), stack.begin(), stack.end());
+  end.push_back(static_cast<uint32_t>(data.size()));
+  hash.push_back(h);
+  if (end.size() > kIndexed) Place(end.size() - 1);
+  return true;
 }
 
-void Grammar::Expand(std::vector<int32_t>* work, Stacks* to, int64_t* budget, int depth) const {
+void Grammar::Stacks::Place(size_t i) {
+  const size_t mask = slots.size() - 1;
+  size_t at = hash[i] & mask;
+  while (slots[at] != 0) at = (at + 1) & mask;
+  slots[at] = static_cast<uint32_t>(i + 1);
+}
+
+void Grammar::Expand(Scratch* s, Stacks* to, int64_t* budget, int depth) const {
   if (depth > kMaxChain) *budget = -1;
   if (--*budget < 0 || to->size() > static_cast<size_t>(kMaxStacks)) return;
+  std::vector<int32_t>* work = &s->work;
   if (work->empty() || elems_[work->back()].kind == Elem::kChars) {
-    AddUnique(*work, to);
+    to->AddUnique(*work);
     return;
   }
+  if (!s->seen.AddUnique(*work)) return;  // expanded already in this step
   const int32_t pos = work->back();
   work->pop_back();
   const bool more = elems_[pos + 1].kind != Elem::kEnd;  // the rule goes on after the reference
   if (more) work->push_back(pos + 1);
   for (int32_t a : alts_[elems_[pos].value]) {
     if (elems_[a].kind == Elem::kEnd) {  // an empty alternative
-      Expand(work, to, budget, depth + 1);
+      Expand(s, to, budget, depth + 1);
     } else {
       work->push_back(a);
-      Expand(work, to, budget, depth + 1);
+      Expand(s, to, budget, depth + 1);
       work->pop_back();
     }
   }
@@ -577,9 +600,11 @@ void Grammar::Expand(std::vector<int32_t>* work, Stacks* to, int64_t* budget, in
   work->push_back(pos);
 }
 
-void Grammar::Advance(const Stacks& from, char32_t cp, Stacks* to, std::vector<int32_t>* work,
+void Grammar::Advance(const Stacks& from, char32_t cp, Stacks* to, Scratch* scratch,
                       int64_t* budget) const {
   to->clear();
+  scratch->seen.clear();
+  std::vector<int32_t>* work = &scratch->work;
   uint32_t begin = 0;
   for (uint32_t end : from.end) {
     if (end != begin) {
@@ -587,7 +612,7 @@ void Grammar::Advance(const Stacks& from, char32_t cp, Stacks* to, std::vector<i
       if (Contains(sets_[elems_[top].value], cp)) {
         work->assign(from.data.begin() + begin, from.data.begin() + end - 1);
         if (elems_[top + 1].kind != Elem::kEnd) work->push_back(top + 1);
-        Expand(work, to, budget);
+        Expand(scratch, to, budget);
         if (*budget < 0 || to->size() > static_cast<size_t>(kMaxStacks)) {
           to->clear();
           return;
@@ -658,7 +683,7 @@ bool GrammarConstraint::Step(size_t k, unsigned char c) const {
   int64_t budget = Grammar::kMaxExpand;
   if (scan_left_ > 0) budget = std::min(budget, scan_left_);
   const int64_t given = budget;
-  g_->Advance(*from.stacks, cp, &to.own, &work_, &budget);
+  g_->Advance(*from.stacks, cp, &to.own, &scratch_, &budget);
   if (scan_left_ > 0) scan_left_ = std::max<int64_t>(1, scan_left_ - (given - budget));
   to.stacks = &to.own;
   return !to.own.empty();
@@ -693,11 +718,19 @@ bool GrammarConstraint::Allows(int32_t id) const {
 void GrammarConstraint::AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const {
   if (dead_ || table_->sorted.empty()) return TokenConstraint::AllowedTokens(vocab, allowed);
   Reset(table_->max_bytes);
-  scan_left_ = Grammar::kMaxScan;
+  scan_left_ = budget_;
   ScanTokenTable(
       *table_, vocab, Complete(), [&](size_t k, unsigned char c) { return Step(k, c); },
       [&](size_t k) { return CanEnd(k); }, allowed);
+  if (scan_left_ <= 1) over_budget_ = true;
   scan_left_ = 0;
+}
+
+absl::Status GrammarConstraint::status() const {
+  if (!over_budget_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "grammar: matching the vocabulary against it took more than ", budget_,
+      " rule expansions for one token (too many parses open at once); simplify the grammar"));
 }
 
 void GrammarConstraint::Accept(int32_t id) {

@@ -11,18 +11,19 @@
 // \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH, "." for any code point, groups ( ), alternatives |,
 // repetitions * + ? {m} {m,} {m,n}; a rule continues past a newline inside ( ) or after '|'.
 // The whole output matches `root`. Refused with an error naming the line and column: syntax
-// errors, undefined rules, rules defined twice, no root, left recursion (llama.cpp refuses it
-// too), a repetition count over kMaxRepeat, grammars past kMaxElements once repetitions are
-// written out, and token references (<[id]>, <text>). Alternatives that can never finish
-// (through a rule that only recurses) are dropped, so no accepted prefix is a dead end.
+// errors, undefined rules, rules defined twice, no root, left recursion as llama.cpp finds it
+// (a rule reached again through leftmost references, each before it having an empty
+// alternative of its own), a repetition count over kMaxRepeat, grammars past kMaxElements once
+// repetitions are written out, and token references (<[id]>, <text>). Alternatives that can never
+// finish (through a rule that only recurses) are dropped, so no accepted prefix is a dead end.
 //
 // Matching is llama.cpp's: a set of open parses ("stacks" of positions into the rules), each
 // code point advancing every parse whose next terminal accepts it. A grammar so ambiguous that
 // more than kMaxStacks parses stay open, or that needs more than kMaxExpand rule expansions for
 // one code point, refuses the code point that would pass the cap; a vocabulary mask that would
-// take more than kMaxScan expansions refuses the tokens it did not reach. Recursion depth is
-// bounded (kMaxNesting while parsing, kMaxChain while matching), so no grammar can exhaust a
-// thread's stack.
+// take more than kMaxScan expansions (about 2 s) ends the output with RESOURCE_EXHAUSTED
+// (status()) rather than guess. Recursion depth is bounded (kMaxNesting while parsing,
+// kMaxChain while matching), so no grammar can exhaust a thread's stack.
 //
 // Thread safety: a compiled Grammar is immutable (shared); recognizers are per request.
 #pragma once
@@ -45,9 +46,9 @@ class Grammar {
   static constexpr size_t kMaxText = 256 * 1024;
   static constexpr int kMaxNesting = 256;       // parentheses inside parentheses
   static constexpr int kMaxChain = 1000;        // rules entered (nested) before a character matches
-  static constexpr int kMaxStacks = 256;        // parses open at once
+  static constexpr int kMaxStacks = 4096;       // parses open at once
   static constexpr int64_t kMaxExpand = 20000;  // rule expansions for one code point
-  static constexpr int64_t kMaxScan = 4000000;  // rule expansions for one vocabulary mask
+  static constexpr int64_t kMaxScan = 64000000;  // rule expansions for one vocabulary mask
 
   // INVALID_ARGUMENT saying what is wrong and where ("line 2, column 7: expecting ::=").
   static absl::StatusOr<std::shared_ptr<const Grammar>> Compile(std::string_view text);
@@ -57,18 +58,34 @@ class Grammar {
   struct Stacks {
     std::vector<int32_t> data;
     std::vector<uint32_t> end;
+    std::vector<uint64_t> hash;   // per stack
+    std::vector<uint32_t> slots;  // open addressing over the stacks (index + 1), once 16 or more
     size_t size() const { return end.size(); }
     bool empty() const { return end.empty(); }
     void clear() {
       data.clear();
       end.clear();
+      hash.clear();
+      std::fill(slots.begin(), slots.end(), 0);
     }
+    // Appends `stack` unless an equal one is there; true when appended. Past kIndexed stacks
+    // it looks them up by hash instead of scanning.
+    bool AddUnique(const std::vector<int32_t>& stack);
+
+   private:
+    static constexpr size_t kIndexed = 16;
+    void Place(size_t i);
+  };
+  // Scratch for Advance: the stack being expanded, and the states already expanded (so a cycle
+  // through rules that can match empty text ends, as llama.cpp's `seen` set ends it).
+  struct Scratch {
+    std::vector<int32_t> work;
+    Stacks seen;
   };
   const Stacks& start() const { return start_; }
-  // The parses after code point cp (none: `to` ends empty). `to` must not be `from`; `work` is
-  // scratch; *budget (rule expansions) is spent, and running out ends with none, as does
-  // passing kMaxStacks.
-  void Advance(const Stacks& from, char32_t cp, Stacks* to, std::vector<int32_t>* work,
+  // The parses after code point cp (none: `to` ends empty). `to` must not be `from`; *budget
+  // (rule expansions) is spent, and running out ends with none, as does passing kMaxStacks.
+  void Advance(const Stacks& from, char32_t cp, Stacks* to, Scratch* scratch,
                int64_t* budget) const;
   // Some parse's next terminal accepts a code point in [lo, hi].
   bool AnyIn(const Stacks& stacks, char32_t lo, char32_t hi) const;
@@ -87,12 +104,12 @@ class Grammar {
   using CharSet = std::vector<std::pair<char32_t, char32_t>>;
   static bool Contains(const CharSet& set, char32_t cp);
 
-  // Pushes the parses that `work` stands for onto `to`, expanding rule references on its top
-  // until a terminal (or nothing) is on top. Leaves `work` as it found it. Stops early once
+  // Pushes the parses that s->work stands for onto `to`, expanding rule references on its top
+  // until a terminal (or nothing) is on top; a state already expanded (s->seen) adds nothing
+  // new and is skipped. Leaves s->work as it found it. Stops early once
   // *budget (one per call) runs out or `to` passes kMaxStacks; recursing past kMaxChain spends
   // the whole budget.
-  void Expand(std::vector<int32_t>* work, Stacks* to, int64_t* budget, int depth = 0) const;
-  static void AddUnique(const std::vector<int32_t>& stack, Stacks* to);
+  void Expand(Scratch* s, Stacks* to, int64_t* budget, int depth = 0) const;
 
   std::vector<Elem> elems_;                 // every alternative's elements, each run ended by kEnd
   std::vector<std::vector<int32_t>> alts_;  // per rule: where its alternatives start
@@ -108,12 +125,14 @@ class Grammar {
 // tokens as a trie, matching a shared prefix once and skipping every token behind a dead one.
 class GrammarConstraint final : public TokenConstraint {
  public:
-  GrammarConstraint(std::shared_ptr<const TokenTable> table, std::shared_ptr<const Grammar> g)
-      : table_(std::move(table)), g_(std::move(g)), stacks_(g_->start()) {}
+  GrammarConstraint(std::shared_ptr<const TokenTable> table, std::shared_ptr<const Grammar> g,
+                    int64_t scan_budget = Grammar::kMaxScan)
+      : table_(std::move(table)), g_(std::move(g)), stacks_(g_->start()), budget_(scan_budget) {}
 
   bool Allows(int32_t id) const override;
   void AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const override;
   void Accept(int32_t id) override;
+  absl::Status status() const override;
   bool Complete() const { return utf8_.left == 0 && Grammar::Finished(stacks_); }
 
  private:
@@ -144,8 +163,10 @@ class GrammarConstraint final : public TokenConstraint {
   Utf8 utf8_;
   bool dead_ = false;  // a token no parse allowed was accepted: only end-of-generation now
   mutable std::vector<Level> levels_;
-  mutable std::vector<int32_t> work_;
+  mutable Grammar::Scratch scratch_;
   mutable int64_t scan_left_ = 0;  // AllowedTokens' expansions left (0: not scanning)
+  const int64_t budget_;           // rule expansions a mask may take (kMaxScan)
+  mutable bool over_budget_ = false;  // a mask ran out of them: status() says so
 };
 
 }  // namespace tinyserve

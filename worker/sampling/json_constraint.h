@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace tinyserve {
 
 // RFC 8259's number grammar, one byte at a time: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
@@ -119,6 +121,9 @@ class TokenConstraint {
   }
   // Commits a token (one Allows accepted).
   virtual void Accept(int32_t id) = 0;
+  // Not OK once the constraint can no longer be held (a grammar too costly to match): the
+  // output ends with this error.
+  virtual absl::Status status() const { return absl::OkStatus(); }
 };
 
 // The full-vocabulary verdicts of a byte-level constraint, walking table.sorted as a trie:

@@ -40,6 +40,10 @@ class Sampler {
   void Replay(int32_t id) {
     if (constraint_ != nullptr) constraint_->Accept(id);
   }
+  // The constraint's status (OK without one): not OK once it gave up.
+  absl::Status ConstraintStatus() const {
+    return constraint_ ? constraint_->status() : absl::OkStatus();
+  }
   // Holds the output to a grammar (response_format json_object) from the next token on.
   void SetConstraint(std::unique_ptr<TokenConstraint> constraint) {
     constraint_ = std::move(constraint);
