@@ -21,6 +21,9 @@ void EngineFlags::Register(FlagSet* f) {
   f->Int("kv-device-pages", &options.cuda_device_pages,
          "cuda: tiered KV, device page cache per layer over pinned host memory (0: off)");
   f->Bool("cuda-graphs", &options.cuda_graphs, "cuda: replay decode steps as CUDA graphs");
+  f->Int64("grammar-mask-budget", &options.grammar_mask_budget,
+           "rule expansions one GBNF grammar's vocabulary mask may take before its request "
+           "ends with RESOURCE_EXHAUSTED (about 2 s at the default)");
   f->Int("spec-tokens", &options.spec_tokens,
          "speculative decoding: draft up to N tokens per step by prompt lookup (0: off)");
   f->Int("spec-ngram-min", &options.spec_ngram_min,

@@ -1263,7 +1263,8 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   } else if (sp.response_format == "grammar") {
     auto g = Grammar::Compile(sp.grammar);
     if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("grammar: ", g.status().message()));
-    s->sampler->SetConstraint(std::make_unique<GrammarConstraint>(m.token_table, *std::move(g)));
+    s->sampler->SetConstraint(std::make_unique<GrammarConstraint>(m.token_table, *std::move(g),
+                                                                  m.opts.grammar_mask_budget));
   }
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
   const PolicyContext ctx = MakePolicyContext(

@@ -63,6 +63,9 @@ struct EngineOptions {
   // attends densely (Policy::DenseAt), since verified rows attend all their pages.
   int spec_tokens = 0;
   int spec_ngram_min = 2, spec_ngram_max = 4;
+  // Rule expansions one GBNF grammar's vocabulary mask may take (about 2 s at the default,
+  // worker/sampling/grammar.h); past it the request ends with RESOURCE_EXHAUSTED.
+  int64_t grammar_mask_budget = 64000000;
   int tp_rank = 0, tp_size = 1;     // tensor parallelism (see worker/tp)
   // Tensor parallelism (tp_size > 1): this engine is rank 0 of the group and tp_comm (not owned,
   // must outlive the engine) is its communicator; ranks > 0 run worker/tp/tp_follower.h, which
