@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/lora_adapter.h"
 #include "worker/model/model_config.h"
+#include "worker/sampling/grammar.h"
 #include "worker/sampling/json_constraint.h"
 #include "worker/sampling/sampling_params.h"
 #include "worker/select/selection_spec.h"
@@ -65,7 +66,7 @@ struct EngineOptions {
   int spec_ngram_min = 2, spec_ngram_max = 4;
   // Rule expansions one GBNF grammar's vocabulary mask may take (about 2 s at the default,
   // worker/sampling/grammar.h); past it the request ends with RESOURCE_EXHAUSTED.
-  int64_t grammar_mask_budget = 64000000;
+  int64_t grammar_mask_budget = Grammar::kMaxScan;
   int tp_rank = 0, tp_size = 1;     // tensor parallelism (see worker/tp)
   // Tensor parallelism (tp_size > 1): this engine is rank 0 of the group and tp_comm (not owned,
   // must outlive the engine) is its communicator; ranks > 0 run worker/tp/tp_follower.h, which

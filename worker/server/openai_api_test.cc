@@ -451,6 +451,24 @@ std::vector<std::string> Events(const std::string& sse) {
   return out;
 }
 
+// What a client assembles from a streamed chat choice: its content, tool-call deltas and
+// finish reason.
+struct StreamedChoice {
+  std::string content;
+  json calls = json::array();
+  std::string finish;
+  void Feed(const std::string& events) {
+    for (const std::string& e : Events(events)) {
+      const json choice = json::parse(e)["choices"][0];
+      if (choice["delta"].contains("content") && choice["delta"]["content"].is_string())
+        content += choice["delta"]["content"].get<std::string>();
+      if (choice["delta"].contains("tool_calls"))
+        for (const json& t : choice["delta"]["tool_calls"]) calls.push_back(t);
+      if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+    }
+  }
+};
+
 TEST(OpenAiResponse, CompletionBodyGathersTextLogprobsAndUsage) {
   ParsedRequest r = MustParse(Endpoint::kCompletions,
                               R"({"prompt": "x", "logprobs": 1, "n": 2, "max_tokens": 2})");
@@ -725,19 +743,11 @@ TEST(OpenAiResponse, AutoToolChoiceParsesHermesToolCalls) {
   auto s = ParseRequest(Endpoint::kChat, body + R"(, "stream": true})", hermes, "req");
   ASSERT_TRUE(s.ok());
   ResponseBuilder sb(*s, "chatcmpl-s", 5);
-  std::string content;
-  json calls = json::array();
-  std::string finish;
-  auto feed = [&](const std::string& events) {
-    for (const std::string& e : Events(events)) {
-      const json choice = json::parse(e)["choices"][0];
-      if (choice["delta"].contains("content") && choice["delta"]["content"].is_string())
-        content += choice["delta"]["content"].get<std::string>();
-      if (choice["delta"].contains("tool_calls"))
-        for (const json& t : choice["delta"]["tool_calls"]) calls.push_back(t);
-      if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
-    }
-  };
+  StreamedChoice got;
+  std::string& content = got.content;
+  json& calls = got.calls;
+  std::string& finish = got.finish;
+  auto feed = [&](const std::string& events) { got.Feed(events); };
   feed(sb.OnResponse(0, Chunk("Checking <tool", 3, -0.1f)));
   EXPECT_EQ(content, "Checking ");  // "<tool" may begin the marker: held back
   feed(sb.OnResponse(0, Chunk("_call>{\"name\": \"add\", \"arguments\": {\"a\": 2}}", 4, -0.1f)));
@@ -806,19 +816,11 @@ TEST(OpenAiResponse, AutoToolChoiceParsesLlama3JsonToolCalls) {
   // at once.
   auto s = ParseRequest(Endpoint::kChat, body + R"(, "stream": true})", llama3, "req");
   ASSERT_TRUE(s.ok());
-  std::string content;
-  json calls = json::array();
-  std::string finish;
-  auto feed = [&](const std::string& events) {
-    for (const std::string& e : Events(events)) {
-      const json choice = json::parse(e)["choices"][0];
-      if (choice["delta"].contains("content") && choice["delta"]["content"].is_string())
-        content += choice["delta"]["content"].get<std::string>();
-      if (choice["delta"].contains("tool_calls"))
-        for (const json& t : choice["delta"]["tool_calls"]) calls.push_back(t);
-      if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
-    }
-  };
+  StreamedChoice got;
+  std::string& content = got.content;
+  json& calls = got.calls;
+  std::string& finish = got.finish;
+  auto feed = [&](const std::string& events) { got.Feed(events); };
   ResponseBuilder sb(*s, "chatcmpl-s", 5);
   feed(sb.OnResponse(0, Chunk("<|pyth", 3, -0.1f)));
   feed(sb.OnResponse(0, Chunk("on_tag|>{\"name\": \"add\", ", 3, -0.1f)));
