@@ -25,6 +25,11 @@ Cases (one CTest entry each, -k test_NAME):
                           block (held to one by a guided regex, the model writes the city)
                           becomes a tool call with the text before it as content, unstreamed
                           and streamed through the openai client; a plain answer stays text
+  responses               SmolLM2-135M-Instruct: the Responses API (/v1/responses) through the
+                          openai client: the same greedy text and token counts as chat;
+                          streamed typed events through the client's accumulator; parse()
+                          with a Pydantic model; a function tool's call item and the
+                          conversation continued with its output; 400s naming the field
   json_mode               SmolLM2-135M-Instruct (the default model) with response_format
                           json_object and json_schema: greedy and sampled outputs parse as JSON
                           (and match the schema); an unsupported schema is a 400
@@ -488,6 +493,97 @@ class OpenAiHttpTest(cl.ClusterCase):
         self.assertIsNone(other.choices[0].message.tool_calls)
         self.assertIn("<tool_call>", other.choices[0].message.content)
         self.assertEqual(other.choices[0].finish_reason, "stop")
+
+    def test_responses(self):
+        import openai
+        import pydantic
+        w = self.cluster.worker("--model", cl.smollm2_model(self))
+        r = self.cluster.router([w], "--tool-call-parser", "hermes")
+        api = client(r.http_port)
+        question = "What is the capital of France?"
+
+        # The Responses API answers as chat does: same greedy text and token counts.
+        chat = api.chat.completions.create(
+            model="m", max_tokens=48, temperature=0,
+            messages=[{"role": "system", "content": "Answer in one sentence."},
+                      {"role": "user", "content": question}])
+        resp = api.responses.create(model="m", instructions="Answer in one sentence.",
+                                    input=question, max_output_tokens=48, temperature=0,
+                                    metadata={"case": "responses"})
+        self.assertEqual(resp.object, "response")
+        self.assertTrue(resp.id.startswith("resp_"))
+        self.assertEqual(resp.output_text, chat.choices[0].message.content)
+        self.assertEqual(resp.status,
+                         "incomplete" if chat.choices[0].finish_reason == "length" else "completed")
+        self.assertEqual(resp.usage.input_tokens, chat.usage.prompt_tokens)
+        self.assertEqual(resp.usage.output_tokens, chat.usage.completion_tokens)
+        self.assertEqual(resp.usage.total_tokens,
+                         resp.usage.input_tokens + resp.usage.output_tokens)
+        self.assertEqual(resp.metadata, {"case": "responses"})
+        self.assertEqual(resp.output[0].type, "message")
+        self.assertEqual(resp.output[0].role, "assistant")
+
+        # Streamed through the client's event accumulator: the typed events in order, the
+        # deltas add up to the same text, the final response equals the unstreamed one, with a
+        # logprob per token. (The client's get_final_response() needs response.completed: an
+        # answer cut by max_output_tokens ends with response.incomplete, as OpenAI's does.)
+        with api.responses.stream(model="m", instructions="Answer in one sentence.",
+                                  input=question, max_output_tokens=48, temperature=0,
+                                  include=["message.output_text.logprobs"]) as stream:
+            types, text = [], ""
+            for event in stream:
+                types.append(event.type)
+                if event.type == "response.output_text.delta":
+                    text += event.delta
+            final = stream.get_final_response()
+        self.assertEqual(types[:4], ["response.created", "response.in_progress",
+                                     "response.output_item.added",
+                                     "response.content_part.added"])
+        self.assertIn(types[-1], ("response.completed", "response.incomplete"))
+        self.assertEqual(text, resp.output_text)
+        self.assertEqual(final.output_text, resp.output_text)
+        self.assertEqual(final.usage.output_tokens, resp.usage.output_tokens)
+        self.assertEqual(len(final.output[0].content[0].logprobs), final.usage.output_tokens)
+
+        # Structured output with the client's parse helper (a Pydantic model as a strict JSON
+        # schema in text.format).
+        class Capital(pydantic.BaseModel):
+            city: str = pydantic.Field(max_length=40)
+            country: str = pydantic.Field(max_length=40)
+        parsed = api.responses.parse(model="m", input=question, text_format=Capital,
+                                     max_output_tokens=100, temperature=0)
+        self.assertIsInstance(parsed.output_parsed, Capital, parsed.output_text)
+
+        # A function tool: the call is a function_call item whose arguments fit the schema;
+        # the conversation goes on with the call and its output as input items.
+        tools = [{"type": "function", "name": "get_weather", "description": "The weather",
+                  "parameters": {"type": "object", "properties": {
+                      "city": {"type": "string", "maxLength": 40}}, "required": ["city"]}}]
+        ask = [{"role": "user", "content": "What is the weather like in Paris?"}]
+        called = api.responses.create(model="m", input=ask, tools=tools, tool_choice="required",
+                                      temperature=0, max_output_tokens=100)
+        calls = [o for o in called.output if o.type == "function_call"]
+        self.assertEqual(len(calls), 1, called.output)
+        self.assertEqual(calls[0].name, "get_weather")
+        self.assertIsInstance(json.loads(calls[0].arguments)["city"], str)
+        self.assertTrue(calls[0].call_id.startswith("call_"))
+        follow = api.responses.create(
+            model="m", tools=tools, temperature=0, max_output_tokens=16, tool_choice="none",
+            input=ask + [calls[0].model_dump(exclude_none=True),
+                         {"type": "function_call_output", "call_id": calls[0].call_id,
+                          "output": "18 C and sunny"}])
+        self.assertTrue(follow.output_text)
+        self.assertGreater(follow.usage.input_tokens, called.usage.input_tokens)
+
+        # What needs stored responses, and tools other than functions, are 400s naming the field.
+        for kwargs, param in (({"previous_response_id": "resp_1"}, "previous_response_id"),
+                              ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+                              ({"max_output_tokens": 0}, "max_output_tokens")):
+            with self.assertRaises(openai.BadRequestError) as ctx:
+                api.responses.create(model="m", input=question, **kwargs)
+            self.assertEqual(ctx.exception.body.get("param"), param)
+        self.assertGreater(cl.metric(r.metrics(), "tinyserve_http_requests_total",
+                                     route="responses", code="200") or 0, 0)
 
     def test_json_mode(self):
         w = self.cluster.worker("--model", cl.smollm2_model(self))

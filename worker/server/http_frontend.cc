@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/timer.h"
 #include "prometheus/text_serializer.h"
+#include "worker/server/openai_responses.h"
 #include "worker/server/rpc_security.h"
 #include "worker/server/tracing.h"
 
@@ -285,9 +286,10 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
     f->port_ = f->tls_->port();
   }
   mg_set_request_handler(f->ctx_, "/", &HttpFrontend::Handle, f.get());
-  TS_LOG(INFO) << "OpenAI-compatible " << (https ? "HTTPS" : "HTTP") << " API on " << options.host
-               << ":" << f->port_
-               << " (/v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models)";
+  TS_LOG(INFO)
+      << "OpenAI-compatible " << (https ? "HTTPS" : "HTTP") << " API on " << options.host << ":"
+      << f->port_
+      << " (/v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings, /v1/models)";
   return f;
 }
 
@@ -336,6 +338,7 @@ int HttpFrontend::Route(mg_connection* conn) {
   static constexpr RouteSpec kRoutes[] = {
       {"/v1/completions", "POST", "completions", false, &HttpFrontend::Completions},
       {"/v1/chat/completions", "POST", "chat_completions", false, &HttpFrontend::ChatCompletions},
+      {"/v1/responses", "POST", "responses", false, &HttpFrontend::Responses},
       {"/v1/models", "GET", "models", false, &HttpFrontend::Models},
       {"/v1/embeddings", "POST", "embeddings", false, &HttpFrontend::Embeddings},
       {"/v1/load_lora_adapter", "POST", "load_lora_adapter", false, &HttpFrontend::LoadLoraAdapter},
@@ -439,6 +442,10 @@ int HttpFrontend::ChatCompletions(mg_connection* conn, const std::string& body) 
   return Generate(conn, openai::Endpoint::kChat, body);
 }
 
+int HttpFrontend::Responses(mg_connection* conn, const std::string& body) {
+  return Generate(conn, openai::Endpoint::kResponses, body);
+}
+
 int HttpFrontend::Version(mg_connection* conn, const std::string&) {
   return SendBody(conn, 200, Dump({{"version", options_.version}}));
 }
@@ -448,11 +455,21 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
   auto model = Model();
   if (!model.ok()) return SendError(conn, model.status());
   const std::string request_id = absl::StrCat("http-", id_prefix_, "-", next_id_.fetch_add(1));
-  auto parsed = openai::ParseRequest(endpoint, body, *model, request_id);
+  const bool responses = endpoint == openai::Endpoint::kResponses;
+  auto parsed = responses ? openai::ParseResponsesRequest(body, *model, request_id)
+                          : openai::ParseRequest(endpoint, body, *model, request_id);
   if (!parsed.ok()) return SendError(conn, parsed.status());
-  const std::string id = absl::StrCat(endpoint == openai::Endpoint::kChat ? "chatcmpl-" : "cmpl-",
-                                      parsed->calls.front().request_id());
-  openai::ResponseBuilder builder(*parsed, id, static_cast<int64_t>(std::time(nullptr)));
+  const char* prefix = responses                             ? "resp_"
+                       : endpoint == openai::Endpoint::kChat ? "chatcmpl-"
+                                                             : "cmpl-";
+  const std::string id = absl::StrCat(prefix, parsed->calls.front().request_id());
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  std::unique_ptr<openai::AnswerBuilder> builder;
+  if (responses) {
+    builder = std::make_unique<openai::ResponsesBuilder>(*parsed, id, created);
+  } else {
+    builder = std::make_unique<openai::ResponseBuilder>(*parsed, id, created);
+  }
 
   bool headers_sent = false, client_gone = false;
   std::optional<grpc::Status> failure;
@@ -477,12 +494,12 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
     if (w == CallGroup::Wait::kTimeout) continue;
     std::string out;
     if (!e.done) {
-      out = builder.OnResponse(e.index, e.response);
+      out = builder->OnResponse(e.index, e.response);
     } else if (!e.status.ok() && !failure.has_value()) {
       // One failed choice fails the request; the others are cancelled.
       failure = e.status;
       group.Cancel();
-      if (headers_sent) out = builder.OnFailure(e.index, e.status);
+      if (headers_sent) out = builder->OnFailure(e.index, e.status);
     }
     if (!parsed->stream || client_gone || out.empty()) continue;
     if (!headers_sent) {
@@ -498,11 +515,11 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
   if (failure.has_value() && !headers_sent) return SendError(conn, *failure);
   if (parsed->stream) {
     if (!headers_sent) mg_send_http_ok(conn, "text/event-stream", -1);
-    SendChunk(conn, builder.StreamEnd());
+    SendChunk(conn, builder->StreamEnd());
     mg_send_chunk(conn, "", 0);
     return 200;
   }
-  return SendBody(conn, 200, builder.Body());
+  return SendBody(conn, 200, builder->Body());
 }
 
 int HttpFrontend::Models(mg_connection* conn, const std::string&) {

@@ -91,6 +91,7 @@ class HttpFrontend {
   // Route handlers: (connection, request body) -> the HTTP status sent.
   int Completions(mg_connection* conn, const std::string& body);
   int ChatCompletions(mg_connection* conn, const std::string& body);
+  int Responses(mg_connection* conn, const std::string& body);
   int Models(mg_connection* conn, const std::string& body);
   int Embeddings(mg_connection* conn, const std::string& body);
   int LoadLoraAdapter(mg_connection* conn, const std::string& body);

@@ -18,6 +18,7 @@
 #include "worker/sampling/json_schema.h"
 #include "worker/sampling/regex.h"
 #include "worker/server/api_util.h"
+#include "worker/server/openai_fields.h"
 
 namespace tinyserve::openai {
 namespace {
@@ -27,77 +28,6 @@ namespace v1 = tinyserve::v1;
 
 constexpr int kMaxChoices = 64;
 constexpr int kCompletionsDefaultMaxTokens = 16;  // OpenAI's default for /v1/completions
-
-// o[key] when it is a string, else "" (json::value would throw on another type).
-std::string StringField(const json& o, const char* key) {
-  if (!o.is_object()) return "";
-  auto it = o.find(key);
-  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-absl::Status Bad(absl::string_view field, absl::string_view message) {
-  absl::Status s = absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
-  s.SetPayload(kParamPayload, absl::Cord(field));
-  return s;
-}
-
-// Typed reads of a JSON object's optional fields; absent and null read as unset. The first
-// type or range error is kept (later reads still return unset).
-class Fields {
- public:
-  Fields(const json& object, std::string prefix) : o_(object), prefix_(std::move(prefix)) {}
-
-  const json* Get(const char* key) const {
-    auto it = o_.find(key);
-    return it == o_.end() || it->is_null() ? nullptr : &*it;
-  }
-  std::optional<double> Number(const char* key) {
-    const json* v = Get(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_number()) return Fail(key, "must be a number");
-    return v->get<double>();
-  }
-  std::optional<int64_t> Integer(const char* key, int64_t lo, int64_t hi) {
-    const json* v = Get(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_number_integer()) return Fail(key, "must be an integer");
-    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
-      return Fail(key, absl::StrCat("must be in [", lo, ", ", hi, "]"));
-    }
-    const int64_t x = v->get<int64_t>();
-    if (x < lo || x > hi) {
-      return Fail(key, absl::StrCat("must be in [", lo, ", ", hi, "], got ", x));
-    }
-    return x;
-  }
-  std::optional<bool> Bool(const char* key) {
-    const json* v = Get(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_boolean()) return Fail(key, "must be true or false");
-    return v->get<bool>();
-  }
-  std::optional<std::string> String(const char* key) {
-    const json* v = Get(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_string()) return Fail(key, "must be a string");
-    return v->get<std::string>();
-  }
-  // Fields we know and do not implement: accepted only at their neutral value.
-  void RejectUnless(const char* key, bool neutral, absl::string_view why) {
-    if (Get(key) != nullptr && !neutral) Fail(key, why);
-  }
-
-  std::nullopt_t Fail(absl::string_view key, absl::string_view message) {
-    if (status_.ok()) status_ = Bad(absl::StrCat(prefix_, key), message);
-    return std::nullopt;
-  }
-  const absl::Status& status() const { return status_; }
-
- private:
-  const json& o_;
-  std::string prefix_;
-  absl::Status status_;
-};
 
 // A prompt of /v1/completions: text or token ids.
 struct Prompt {
@@ -725,6 +655,15 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
                                            const ServedModel& model,
                                            const std::string& request_id) {
   TS_ASSIGN_OR_RETURN(const json root, ParseBody(body));
+  return ParseRequestJson(endpoint, root, model, request_id);
+}
+
+absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const json& root,
+                                               const ServedModel& model,
+                                               const std::string& request_id) {
+  if (endpoint == Endpoint::kResponses) {
+    return absl::InternalError("/v1/responses bodies are parsed by ParseResponsesRequest");
+  }
   Fields f(root, "");
   ParsedRequest out;
   out.endpoint = endpoint;
@@ -1161,7 +1100,7 @@ json ResponseBuilder::AutoToolCalls(const std::string& text, std::string* conten
   return calls;
 }
 
-std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& response) {
+std::vector<json> ResponseBuilder::Chunks(int index, const v1::GenerateResponse& response) {
   Choice& c = choices_[index];
   const bool auto_tools = request_.tool_choice == ParsedRequest::ToolChoice::kAuto;
   const bool tools = request_.tool_choice != ParsedRequest::ToolChoice::kOff && !auto_tools;
@@ -1176,12 +1115,12 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
       const size_t limit = AutoContentLimit(c.text, c.sent);
       const std::string text = limit > c.sent ? c.text.substr(c.sent, limit - c.sent) : "";
       c.sent = std::max(c.sent, limit);
-      if (text.empty() && lp.is_null() && c.started) return "";
+      if (text.empty() && lp.is_null() && c.started) return {};
       const bool first = !c.started;
       c.started = true;
       json choice = ChoiceDelta(index, text, lp, "", first);
       if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
-      return Event(ChunkObject(json::array({std::move(choice)})));
+      return {ChunkObject(json::array({std::move(choice)}))};
     }
     if (tools && request_.stream) {  // the call is sent whole, once it is complete
       c.text += chunk.text();
@@ -1189,11 +1128,11 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
         if (c.logprobs.is_null()) c.logprobs = json{{"content", json::array()}};
         for (json& v : lp["content"]) c.logprobs["content"].push_back(std::move(v));
       }
-      return "";
+      return {};
     }
     if (!request_.stream) {
       c.text += chunk.text();
-      if (lp.is_null()) return "";
+      if (lp.is_null()) return {};
       if (c.logprobs.is_null()) {
         c.logprobs = std::move(lp);
       } else {
@@ -1201,7 +1140,7 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
           for (json& v : values) c.logprobs[key].push_back(std::move(v));
         }
       }
-      return "";
+      return {};
     }
     // The echoed prompt rides on a choice's first event.
     const std::string text = c.started ? chunk.text() : c.text + chunk.text();
@@ -1209,7 +1148,7 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
     c.started = true;
     json choice = ChoiceDelta(index, text, lp, "", first);
     if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
-    return Event(ChunkObject(json::array({std::move(choice)})));
+    return {ChunkObject(json::array({std::move(choice)}))};
   }
   if (response.has_complete()) {
     c.complete = response.complete();
@@ -1231,7 +1170,7 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
         c.finish_reason = "tool_calls";  // as vLLM, whenever calls were parsed
       }
     }
-    if (!request_.stream) return "";
+    if (!request_.stream) return {};
     if (auto_tools) {
       // What is left of the content (all of it when there are no calls), then the calls.
       const size_t end = c.tool_calls.is_null() ? c.text.size() : content.size();
@@ -1239,22 +1178,23 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
       c.sent = std::max(c.sent, end);
       const bool first = !c.started;
       c.started = true;
-      std::string out;
+      std::vector<json> out;
       if (!rest.empty() || first) {
         json choice = ChoiceDelta(index, rest, nullptr, "", first);
         if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
-        out += Event(ChunkObject(json::array({std::move(choice)})));
+        out.push_back(ChunkObject(json::array({std::move(choice)})));
       }
       if (!c.tool_calls.is_null()) {
         json calls = c.tool_calls;
         for (size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
-        out += Event(ChunkObject(json::array({json{{"index", index},
-                                                   {"delta", {{"tool_calls", std::move(calls)}}},
-                                                   {"logprobs", nullptr},
-                                                   {"finish_reason", nullptr}}})));
+        out.push_back(ChunkObject(json::array({json{{"index", index},
+                                                    {"delta", {{"tool_calls", std::move(calls)}}},
+                                                    {"logprobs", nullptr},
+                                                    {"finish_reason", nullptr}}})));
       }
-      return out + Event(ChunkObject(
-                       json::array({ChoiceDelta(index, "", nullptr, c.finish_reason, false)})));
+      out.push_back(
+          ChunkObject(json::array({ChoiceDelta(index, "", nullptr, c.finish_reason, false)})));
+      return out;
     }
     if (!c.tool_calls.is_null()) {
       json call = c.tool_calls[0];
@@ -1268,24 +1208,31 @@ std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& r
                     {"finish_reason", nullptr}};
       if (request_.prompt_logprobs) first["prompt_logprobs"] = c.prompt_logprobs;
       c.started = true;
-      return Event(ChunkObject(json::array({std::move(first)}))) +
-             Event(ChunkObject(
-                 json::array({ChoiceDelta(index, "", nullptr, c.finish_reason, false)})));
+      return {ChunkObject(json::array({std::move(first)})),
+              ChunkObject(json::array({ChoiceDelta(index, "", nullptr, c.finish_reason, false)}))};
     }
     const bool first = !c.started;
     const std::string text = first ? c.text : std::string();
     c.started = true;
     json choice = ChoiceDelta(index, text, nullptr, c.finish_reason, first);
     if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
-    return Event(ChunkObject(json::array({std::move(choice)})));
+    return {ChunkObject(json::array({std::move(choice)}))};
   }
   // An in-band Error is followed by the call's failed status (OnFailure).
-  return "";
+  return {};
+}
+
+std::string ResponseBuilder::OnResponse(int index, const v1::GenerateResponse& response) {
+  std::string out;
+  for (const json& chunk : Chunks(index, response)) out += Event(chunk);
+  return out;
 }
 
 std::string ResponseBuilder::OnFailure(int /*index*/, const grpc::Status& status) {
   return request_.stream ? Event(ErrorBody(status)) : std::string();
 }
+
+json ResponseBuilder::Stats(int index) const { return TinyServeStats(choices_[index].complete); }
 
 json ResponseBuilder::Usage() const {
   int64_t prompt = 0, completion = 0, cached = 0;
@@ -1315,6 +1262,10 @@ std::string ResponseBuilder::StreamEnd() {
 }
 
 std::string ResponseBuilder::Body() const {
+  return BodyJson().dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+json ResponseBuilder::BodyJson() const {
   json choices = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
@@ -1340,7 +1291,7 @@ std::string ResponseBuilder::Body() const {
       {"model", request_.model},
       {"choices", std::move(choices)},
       {"usage", Usage()}};
-  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return body;
 }
 
 }  // namespace tinyserve::openai

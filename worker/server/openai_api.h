@@ -49,7 +49,7 @@ namespace tinyserve::openai {
 // json_schema output is written in) and responses read in OpenAI's field order.
 using Json = nlohmann::ordered_json;
 
-enum class Endpoint { kCompletions, kChat };
+enum class Endpoint { kCompletions, kChat, kResponses };
 
 // The absl::Status payload key holding the request field an INVALID_ARGUMENT error is about.
 inline constexpr char kParamPayload[] = "tinyserve.openai/param";
@@ -92,6 +92,9 @@ struct ParsedRequest {
   // The function called when there is one candidate (the output is its arguments); empty with
   // several (the output is {"name": ..., "arguments": {...}}, a tagged union of the tools).
   std::string tool_name;
+  // kResponses: the request fields the response object echoes (instructions, tools, text,
+  // metadata, ...; openai_responses.h).
+  Json responses;
 };
 
 // Deepest nesting of objects and arrays a body may have (checked before parsing).
@@ -112,9 +115,14 @@ absl::StatusOr<tinyserve::v1::EmbedRequest> ParseEmbeddingsRequest(std::string_v
 Json EmbeddingsResponse(const tinyserve::v1::EmbedResponse& response, const std::string& model,
                         bool base64);
 
-// Parses and checks a request body. request_id names the calls (request_id-i).
+// Parses and checks a request body of /v1/completions or /v1/chat/completions (the Responses
+// API's is openai_responses.h's). request_id names the calls (request_id-i).
 absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body,
                                            const ServedModel& model, const std::string& request_id);
+// The same for a parsed body.
+absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const Json& body,
+                                               const ServedModel& model,
+                                               const std::string& request_id);
 
 // HTTP status for a gRPC status (INVALID_ARGUMENT 400, RESOURCE_EXHAUSTED 429, ...).
 int HttpStatusOf(grpc::StatusCode code);
@@ -125,21 +133,40 @@ Json ErrorBody(const grpc::Status& status, std::optional<std::string> param = st
 Json ErrorBody(const absl::Status& status);
 
 // Builds the answer from the calls' responses, in arrival order. For a streamed request,
-// OnResponse returns the server-sent events to send now ("data: {...}\n\n"); otherwise it
-// keeps what Body() needs.
-class ResponseBuilder {
+// OnResponse returns the server-sent events to send now; otherwise it keeps what Body() needs.
+class AnswerBuilder {
+ public:
+  virtual ~AnswerBuilder() = default;
+  // A message of call `index`.
+  virtual std::string OnResponse(int index, const tinyserve::v1::GenerateResponse& response) = 0;
+  // Call `index` ended with a non-OK status (after OnResponse calls, if any). Streamed: the
+  // error event to send. Otherwise the status is kept; Body() is not used then.
+  virtual std::string OnFailure(int index, const grpc::Status& status) = 0;
+  // Streamed: the last events.
+  virtual std::string StreamEnd() = 0;
+  // Not streamed: the JSON body once every call completed.
+  virtual std::string Body() const = 0;
+};
+
+// The answer of /v1/completions and /v1/chat/completions: events "data: {chunk}\n\n", ending
+// with the usage chunk when asked for and "data: [DONE]".
+class ResponseBuilder final : public AnswerBuilder {
  public:
   ResponseBuilder(const ParsedRequest& request, std::string id, int64_t created);
 
-  // A message of call `index`.
-  std::string OnResponse(int index, const tinyserve::v1::GenerateResponse& response);
-  // Call `index` ended with a non-OK status (after OnResponse calls, if any). Streamed: the
-  // error event to send. Otherwise the status is kept; Body() is not used then.
-  std::string OnFailure(int index, const grpc::Status& status);
-  // Streamed: the last events (the usage chunk when asked for, then "data: [DONE]").
-  std::string StreamEnd();
-  // Not streamed: the JSON body once every call completed.
-  std::string Body() const;
+  std::string OnResponse(int index, const tinyserve::v1::GenerateResponse& response) override;
+  std::string OnFailure(int index, const grpc::Status& status) override;
+  std::string StreamEnd() override;
+  std::string Body() const override;
+
+  // What OnResponse sends, as chunk objects (empty when not streamed).
+  std::vector<Json> Chunks(int index, const tinyserve::v1::GenerateResponse& response);
+  // The body Body() writes.
+  Json BodyJson() const;
+  // The usage object of the choices completed so far ({"prompt_tokens", ...}).
+  Json Usage() const;
+  // TinyServe's figures of completed choice `index` (worker, timing, page selection).
+  Json Stats(int index) const;
 
  private:
   struct Choice {
@@ -169,7 +196,6 @@ class ResponseBuilder {
   void AddLogprobs(Choice& choice, const tinyserve::v1::Chunk& chunk, Json* delta);
   // A chunk's prompt logprobs into choice.prompt_logprobs (vLLM's form).
   void AddPromptLogprobs(Choice& choice, const tinyserve::v1::Chunk& chunk);
-  Json Usage() const;
 
   const ParsedRequest& request_;
   std::string id_;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/sampling/json_schema.h"
+#include "worker/server/openai_test_util.h"
 
 namespace tinyserve::openai {
 namespace {
@@ -408,47 +409,6 @@ TEST(OpenAiErrors, HttpStatusAndType) {
   EXPECT_EQ(HttpStatusOf(grpc::StatusCode::UNAVAILABLE), 503);
   EXPECT_EQ(HttpStatusOf(grpc::StatusCode::DEADLINE_EXCEEDED), 504);
   EXPECT_EQ(HttpStatusOf(grpc::StatusCode::INTERNAL), 500);
-}
-
-v1::GenerateResponse Chunk(const std::string& text, int token, float logprob) {
-  v1::GenerateResponse r;
-  v1::Chunk* c = r.mutable_chunk();
-  c->add_token_ids(token);
-  c->set_text(text);
-  v1::TokenLogprobs* lp = c->add_logprobs();
-  lp->set_token_id(token);
-  lp->set_logprob(logprob);
-  lp->set_text(text);
-  v1::TopLogprob* top = lp->add_top();
-  top->set_token_id(token);
-  top->set_logprob(logprob);
-  top->set_text(text);
-  return r;
-}
-
-v1::GenerateResponse Complete(v1::FinishReason reason, int prompt, int completion) {
-  v1::GenerateResponse r;
-  v1::Complete* c = r.mutable_complete();
-  c->set_finish_reason(reason);
-  c->mutable_usage()->set_prompt_tokens(prompt);
-  c->mutable_usage()->set_completion_tokens(completion);
-  c->mutable_usage()->set_cached_tokens(prompt / 2);
-  c->set_worker("w1");
-  c->mutable_selection()->set_policy("quest");
-  c->mutable_usage()->set_spec_draft_tokens(7);
-  c->mutable_usage()->set_spec_accepted_tokens(5);
-  return r;
-}
-
-// The JSON objects of a string of server-sent events ("data: ...\n\n").
-std::vector<std::string> Events(const std::string& sse) {
-  std::vector<std::string> out;
-  std::istringstream in(sse);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
-  }
-  return out;
 }
 
 // What a client assembles from a streamed chat choice: its content, tool-call deltas and

@@ -1,0 +1,558 @@
+#include "worker/server/openai_responses.h"
+
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "worker/server/openai_fields.h"
+
+namespace tinyserve::openai {
+namespace {
+
+using json = Json;
+namespace v1 = tinyserve::v1;
+
+// Fields a /v1/responses body shares with chat, same name and meaning (vLLM's extras too).
+constexpr const char* kPassThrough[] = {"model",        "temperature",
+                                        "top_p",        "stream",
+                                        "seed",         "stop",
+                                        "top_k",        "min_p",
+                                        "ignore_eos",   "repetition_penalty",
+                                        "min_tokens",   "presence_penalty",
+                                        "priority",     "frequency_penalty",
+                                        "cache_salt",   "stop_token_ids",
+                                        "request_id",   "logit_bias",
+                                        "selection",    "structured_outputs",
+                                        "guided_regex", "guided_choice",
+                                        "guided_json",  "guided_grammar",
+                                        "grammar",      "ebnf"};
+
+constexpr char kLogprobsInclude[] = "message.output_text.logprobs";
+
+// The text of a message's content: a string, or a list of text parts (input_text,
+// output_text, refusal), joined by newlines as chat joins its parts.
+absl::StatusOr<std::string> TextOf(const json& content, const std::string& at) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return Bad(at, "must be a string or a list of text parts");
+  std::vector<std::string> parts;
+  for (size_t k = 0; k < content.size(); ++k) {
+    const json& part = content[k];
+    const std::string pat = absl::StrCat(at, "[", k, "]");
+    const std::string type = StringField(part, "type");
+    const char* key = type == "refusal" ? "refusal" : "text";
+    if (type != "input_text" && type != "output_text" && type != "text" && type != "refusal") {
+      return Bad(pat + ".type", absl::StrCat("only text parts (input_text, output_text) are "
+                                             "supported, got \"",
+                                             type.substr(0, 40), "\""));
+    }
+    auto text = part.find(key);
+    if (text == part.end() || !text->is_string()) {
+      return Bad(absl::StrCat(pat, ".", key), "must be a string");
+    }
+    parts.push_back(text->get<std::string>());
+  }
+  return absl::StrJoin(parts, "\n");
+}
+
+// instructions and input as chat messages.
+absl::Status Messages(const json& root, json* messages) {
+  if (auto it = root.find("instructions"); it != root.end() && !it->is_null()) {
+    if (!it->is_string()) return Bad("instructions", "must be a string");
+    messages->push_back({{"role", "system"}, {"content", *it}});
+  }
+  auto input = root.find("input");
+  if (input == root.end() || input->is_null()) return Bad("input", "is required");
+  if (input->is_string()) {
+    messages->push_back({{"role", "user"}, {"content", *input}});
+    return absl::OkStatus();
+  }
+  if (!input->is_array() || input->empty()) {
+    return Bad("input", "must be a string or a non-empty list of items");
+  }
+  for (size_t i = 0; i < input->size(); ++i) {
+    const json& item = (*input)[i];
+    const std::string at = absl::StrCat("input[", i, "]");
+    if (!item.is_object()) return Bad(at, "must be an object");
+    const std::string type = StringField(item, "type");
+    if (type.empty() || type == "message") {
+      const std::string role = StringField(item, "role");
+      if (role != "user" && role != "system" && role != "developer" && role != "assistant") {
+        return Bad(at + ".role", "must be user, system, developer or assistant");
+      }
+      auto content = item.find("content");
+      if (content == item.end()) return Bad(at + ".content", "is required");
+      TS_ASSIGN_OR_RETURN(std::string text, TextOf(*content, at + ".content"));
+      messages->push_back({{"role", role}, {"content", std::move(text)}});
+    } else if (type == "function_call") {
+      for (const char* key : {"call_id", "name", "arguments"}) {
+        auto v = item.find(key);
+        if (v == item.end() || !v->is_string())
+          return Bad(absl::StrCat(at, ".", key), "must be a string");
+      }
+      json call = {{"id", item["call_id"]},
+                   {"type", "function"},
+                   {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
+      // Calls of one turn join the assistant message before them, as chat has them.
+      json* last = messages->empty() ? nullptr : &messages->back();
+      if (last != nullptr && (*last)["role"] == "assistant") {
+        if (!last->contains("tool_calls")) (*last)["tool_calls"] = json::array();
+        (*last)["tool_calls"].push_back(std::move(call));
+      } else {
+        messages->push_back(
+            {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {std::move(call)}}});
+      }
+    } else if (type == "function_call_output") {
+      const std::string call_id = StringField(item, "call_id");
+      if (call_id.empty()) return Bad(at + ".call_id", "is required");
+      auto output = item.find("output");
+      if (output == item.end()) return Bad(at + ".output", "is required");
+      TS_ASSIGN_OR_RETURN(std::string text, TextOf(*output, at + ".output"));
+      messages->push_back(
+          {{"role", "tool"}, {"tool_call_id", call_id}, {"content", std::move(text)}});
+    } else if (type == "reasoning") {
+      continue;  // a reasoning model's; this one reads none
+    } else if (type == "item_reference") {
+      return Bad(at,
+                 "item references need stored responses, which this server does not keep: "
+                 "send the items themselves");
+    } else {
+      return Bad(at + ".type", absl::StrCat("\"", type.substr(0, 40),
+                                            "\" is not supported (message, function_call, "
+                                            "function_call_output)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Flat function tools ({"type": "function", "name", "parameters"}) as chat's, and tool_choice.
+absl::Status Tools(const json& root, json* chat) {
+  if (auto tools = root.find("tools"); tools != root.end() && !tools->is_null()) {
+    if (!tools->is_array()) return Bad("tools", "must be a list");
+    json list = json::array();
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& tool = (*tools)[i];
+      const std::string at = absl::StrCat("tools[", i, "]");
+      const std::string type = StringField(tool, "type");
+      if (type != "function") {
+        return Bad(at + ".type", absl::StrCat("only function tools are supported, got \"",
+                                              type.substr(0, 40), "\""));
+      }
+      json fn = json::object();
+      for (const char* key : {"name", "description", "parameters"}) {
+        if (auto v = tool.find(key); v != tool.end()) fn[key] = *v;
+      }
+      list.push_back({{"type", "function"}, {"function", std::move(fn)}});
+    }
+    (*chat)["tools"] = std::move(list);
+  }
+  if (auto choice = root.find("tool_choice"); choice != root.end() && !choice->is_null()) {
+    if (choice->is_string()) {
+      (*chat)["tool_choice"] = *choice;
+    } else if (StringField(*choice, "type") == "function" && choice->contains("name")) {
+      (*chat)["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*choice)["name"]}}}};
+    } else {
+      return Bad("tool_choice",
+                 "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": "
+                 "...}");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// text.format as chat's response_format.
+absl::Status TextFormat(const json& root, json* chat) {
+  auto text = root.find("text");
+  if (text == root.end() || text->is_null()) return absl::OkStatus();
+  if (!text->is_object()) return Bad("text", "must be an object");
+  auto format = text->find("format");
+  if (format == text->end() || format->is_null()) return absl::OkStatus();
+  const std::string type = StringField(*format, "type");
+  if (type == "json_object") {
+    (*chat)["response_format"] = {{"type", "json_object"}};
+  } else if (type == "json_schema") {
+    auto schema = format->find("schema");
+    if (schema == format->end() || schema->is_null())
+      return Bad("text.format.schema", "is required");
+    (*chat)["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"schema", *schema}}}};
+  } else if (type != "text") {
+    return Bad("text.format.type", "must be text, json_object or json_schema");
+  }
+  return absl::OkStatus();
+}
+
+// A chat field's name as the Responses API names it.
+std::string ResponsesField(const std::string& field) {
+  static constexpr std::pair<const char*, const char*> kPrefixes[] = {
+      {"max_completion_tokens", "max_output_tokens"},
+      {"response_format.json_schema.schema", "text.format.schema"},
+      {"response_format", "text.format"},
+      {"tool_choice.function.", "tool_choice."},
+      {"messages", "input"},
+  };
+  for (const auto& [chat, responses] : kPrefixes) {
+    const std::string prefix = chat;
+    if (field.rfind(prefix, 0) == 0) return responses + field.substr(prefix.size());
+  }
+  // tools[i].function.X -> tools[i].X
+  const size_t end = field.find("].function.");
+  if (field.rfind("tools[", 0) == 0 && end != std::string::npos) {
+    return field.substr(0, end + 1) + field.substr(end + 10);
+  }
+  return field;
+}
+
+// The chat parser's error with the field renamed (message and "param").
+absl::Status Renamed(const absl::Status& st) {
+  const auto payload = st.GetPayload(kParamPayload);
+  if (!payload.has_value()) return st;
+  const std::string field(*payload);
+  const std::string renamed = ResponsesField(field);
+  if (renamed == field) return st;
+  std::string message(st.message());
+  if (message.rfind(field, 0) == 0) message = renamed + message.substr(field.size());
+  absl::Status out(st.code(), message);
+  out.SetPayload(kParamPayload, absl::Cord(renamed));
+  return out;
+}
+
+json UsageOf(const json& chat) {
+  return {
+      {"input_tokens", chat["prompt_tokens"]},
+      {"input_tokens_details", {{"cached_tokens", chat["prompt_tokens_details"]["cached_tokens"]}}},
+      {"output_tokens", chat["completion_tokens"]},
+      {"output_tokens_details", {{"reasoning_tokens", 0}}},
+      {"total_tokens", chat["total_tokens"]}};
+}
+
+std::string StatusOf(const std::string& finish) {
+  return finish == "length" || finish == "abort" ? "incomplete" : "completed";
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const ServedModel& model,
+                                                    const std::string& request_id) {
+  TS_ASSIGN_OR_RETURN(const json root, ParseBody(body));
+  if (!root.is_object()) return Bad("body", "must be a JSON object");
+  Fields f(root, "");
+  const std::string kNoStore =
+      "is not supported: this server stores no responses; send the whole conversation as input";
+  f.RejectUnless("previous_response_id", false, kNoStore);
+  f.RejectUnless("conversation", false, kNoStore);
+  f.RejectUnless("background", !f.Bool("background").value_or(false), "is not supported");
+  f.RejectUnless("prompt", false, "is not supported (reusable prompts are stored by OpenAI)");
+  f.RejectUnless("truncation", f.String("truncation").value_or("") == "disabled",
+                 "only \"disabled\" is supported (a prompt past the context is an error)");
+  if (const json* reasoning = f.Get("reasoning")) {
+    const json* effort =
+        reasoning->is_object() && reasoning->contains("effort") ? &(*reasoning)["effort"] : nullptr;
+    if (!reasoning->is_object() || (effort != nullptr && !effort->is_null() && *effort != "none")) {
+      return Bad("reasoning", "is not supported: the model does not reason");
+    }
+  }
+  const std::optional<int64_t> max_output =
+      f.Integer("max_output_tokens", 1, std::numeric_limits<int32_t>::max());
+  const std::optional<int64_t> top_logprobs = f.Integer("top_logprobs", 0, 20);
+  f.Integer("max_tool_calls", 1, 128);  // echoed; MaxCalls() reads it
+  const std::optional<bool> parallel = f.Bool("parallel_tool_calls");
+  f.Bool("store");  // accepted, nothing is stored
+  bool want_logprobs = top_logprobs.has_value();
+  if (const json* include = f.Get("include")) {
+    if (!include->is_array()) return Bad("include", "must be a list of strings");
+    for (const json& x : *include) {
+      if (!x.is_string()) return Bad("include", "must be a list of strings");
+      // Other entries name items this server never makes (tool outputs, encrypted reasoning).
+      if (x == kLogprobsInclude) want_logprobs = true;
+    }
+  }
+  json metadata = json::object();
+  if (const json* m = f.Get("metadata")) {
+    if (!m->is_object() || m->size() > 16)
+      return Bad("metadata", "must be an object of at most 16 strings");
+    for (const auto& [key, value] : m->items()) {
+      if (!value.is_string()) return Bad("metadata", "must be an object of at most 16 strings");
+    }
+    metadata = *m;
+  }
+  for (const char* key : {"user", "safety_identifier", "prompt_cache_key", "service_tier"}) {
+    f.String(key);
+  }
+  TS_RETURN_IF_ERROR(f.status());
+
+  json chat = json::object();
+  for (const char* key : kPassThrough) {
+    if (auto it = root.find(key); it != root.end()) chat[key] = *it;
+  }
+  json messages = json::array();
+  TS_RETURN_IF_ERROR(Messages(root, &messages));
+  chat["messages"] = std::move(messages);
+  TS_RETURN_IF_ERROR(Tools(root, &chat));
+  TS_RETURN_IF_ERROR(TextFormat(root, &chat));
+  if (max_output.has_value()) chat["max_completion_tokens"] = *max_output;
+  if (want_logprobs) {
+    chat["logprobs"] = true;
+    chat["top_logprobs"] = top_logprobs.value_or(0);
+  }
+  auto parsed = ParseRequestJson(Endpoint::kChat, chat, model, request_id);
+  if (!parsed.ok()) return Renamed(parsed.status());
+  ParsedRequest out = *std::move(parsed);
+  out.endpoint = Endpoint::kResponses;
+
+  auto echo = [&](const char* key, json fallback) {
+    auto it = root.find(key);
+    return it == root.end() || it->is_null() ? fallback : *it;
+  };
+  json format = {{"type", "text"}};
+  if (auto text = root.find("text"); text != root.end() && text->is_object() &&
+                                     text->contains("format") && !(*text)["format"].is_null()) {
+    format = (*text)["format"];
+  }
+  out.responses = {{"instructions", echo("instructions", nullptr)},
+                   {"max_output_tokens", echo("max_output_tokens", nullptr)},
+                   {"max_tool_calls", echo("max_tool_calls", nullptr)},
+                   {"metadata", std::move(metadata)},
+                   {"parallel_tool_calls", parallel.value_or(true)},
+                   {"previous_response_id", nullptr},
+                   {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
+                   {"service_tier", echo("service_tier", "default")},
+                   {"store", false},
+                   {"temperature", echo("temperature", 1.0)},
+                   {"text", {{"format", std::move(format)}}},
+                   {"tool_choice", echo("tool_choice", "auto")},
+                   {"tools", echo("tools", json::array())},
+                   {"top_logprobs", top_logprobs.value_or(0)},
+                   {"top_p", echo("top_p", 1.0)},
+                   {"truncation", "disabled"},
+                   {"user", echo("user", nullptr)}};
+  return out;
+}
+
+namespace {
+
+ParsedRequest AsChat(ParsedRequest r) {
+  r.endpoint = Endpoint::kChat;
+  return r;
+}
+
+}  // namespace
+
+ResponsesBuilder::ResponsesBuilder(const ParsedRequest& request, std::string id, int64_t created)
+    : chat_request_(AsChat(request)),
+      chat_(chat_request_, id, created),
+      id_(std::move(id)),
+      created_(created) {}
+
+size_t ResponsesBuilder::MaxCalls() const {
+  const json& r = chat_request_.responses;
+  if (r.contains("parallel_tool_calls") && r["parallel_tool_calls"] == false) return 1;
+  if (r.contains("max_tool_calls") && r["max_tool_calls"].is_number_integer()) {
+    return r["max_tool_calls"].get<size_t>();
+  }
+  return std::numeric_limits<size_t>::max();
+}
+
+json ResponsesBuilder::ResponseObject(const std::string& status, const std::string& finish,
+                                      json output, const json& usage, const json& stats) const {
+  json r = {{"id", id_},
+            {"object", "response"},
+            {"created_at", created_},
+            {"status", status},
+            {"background", false},
+            {"error", nullptr},
+            {"incomplete_details", nullptr},
+            {"model", chat_request_.model},
+            {"output", std::move(output)}};
+  for (const auto& [key, value] : chat_request_.responses.items()) r[key] = value;
+  if (status == "incomplete") {
+    r["incomplete_details"] = {{"reason", finish == "length" ? "max_output_tokens" : finish}};
+  }
+  if (failure_.has_value()) {
+    const json e = ErrorBody(*failure_)["error"];
+    r["error"] = {{"code", e["code"]}, {"message", e["message"]}};
+  }
+  r["usage"] = usage;
+  if (!stats.is_null()) r["tinyserve"] = stats;
+  return r;
+}
+
+std::string ResponsesBuilder::MessageId() const {
+  return absl::StrCat("msg_", id_.substr(id_.find('_') + 1));
+}
+
+json ResponsesBuilder::MessageItem(const std::string& text, const json& logprobs,
+                                   const std::string& status) const {
+  json part = {{"type", "output_text"},
+               {"text", text},
+               {"annotations", json::array()},
+               {"logprobs", logprobs.is_array() ? logprobs : json::array()}};
+  return {{"id", MessageId()},
+          {"type", "message"},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", json::array({std::move(part)})}};
+}
+
+json ResponsesBuilder::CallItem(const json& call, const std::string& status) const {
+  const std::string call_id = call["id"].get<std::string>();
+  return {{"id", absl::StrCat("fc_", call_id.substr(call_id.find('_') + 1))},
+          {"type", "function_call"},
+          {"status", status},
+          {"arguments", call["function"]["arguments"]},
+          {"call_id", call_id},
+          {"name", call["function"]["name"]}};
+}
+
+std::string ResponsesBuilder::Body() const {
+  const json chat = chat_.BodyJson();
+  const json& choice = chat["choices"][0];
+  const json& message = choice["message"];
+  const std::string finish = choice["finish_reason"].get<std::string>();
+  const bool calls = message.contains("tool_calls") && message["tool_calls"].is_array();
+  json output = json::array();
+  if (message["content"].is_string() &&
+      (!calls || !message["content"].get<std::string>().empty())) {
+    const json& lp = choice["logprobs"];
+    output.push_back(MessageItem(message["content"].get<std::string>(),
+                                 lp.is_object() ? lp["content"] : json::array(), StatusOf(finish)));
+  }
+  if (calls) {
+    const size_t n = std::min(MaxCalls(), message["tool_calls"].size());
+    for (size_t k = 0; k < n; ++k)
+      output.push_back(CallItem(message["tool_calls"][k], "completed"));
+  }
+  return Dump(ResponseObject(StatusOf(finish), finish, std::move(output), UsageOf(chat["usage"]),
+                             choice["tinyserve"]));
+}
+
+void ResponsesBuilder::Emit(const std::string& type, json fields) {
+  json e = {{"type", type}, {"sequence_number", sequence_++}};
+  for (auto& [key, value] : fields.items()) e[key] = std::move(value);
+  absl::StrAppend(&pending_, "event: ", type, "\ndata: ", Dump(e), "\n\n");
+}
+
+std::string ResponsesBuilder::Flush() { return std::exchange(pending_, std::string()); }
+
+void ResponsesBuilder::Start() {
+  if (started_) return;
+  started_ = true;
+  const json r = ResponseObject("in_progress", "", json::array(), nullptr, nullptr);
+  Emit("response.created", {{"response", r}});
+  Emit("response.in_progress", {{"response", r}});
+}
+
+void ResponsesBuilder::OpenMessage() {
+  if (message_open_) return;
+  message_open_ = true;
+  json item = MessageItem("", json::array(), "in_progress");
+  json part = item["content"][0];
+  item["content"] = json::array();
+  Emit("response.output_item.added", {{"output_index", output_.size()}, {"item", item}});
+  Emit("response.content_part.added", {{"item_id", item["id"]},
+                                       {"output_index", output_.size()},
+                                       {"content_index", 0},
+                                       {"part", std::move(part)}});
+}
+
+void ResponsesBuilder::CloseMessage() {
+  if (!message_open_) return;
+  message_open_ = false;
+  json item = MessageItem(text_, text_logprobs_, finish_.empty() ? "completed" : StatusOf(finish_));
+  const size_t index = output_.size();
+  Emit("response.output_text.done", {{"item_id", item["id"]},
+                                     {"output_index", index},
+                                     {"content_index", 0},
+                                     {"text", text_},
+                                     {"logprobs", text_logprobs_}});
+  Emit("response.content_part.done", {{"item_id", item["id"]},
+                                      {"output_index", index},
+                                      {"content_index", 0},
+                                      {"part", item["content"][0]}});
+  Emit("response.output_item.done", {{"output_index", index}, {"item", item}});
+  output_.push_back(std::move(item));
+}
+
+void ResponsesBuilder::AddCall(const json& call) {
+  json item = CallItem(call, "in_progress");
+  const json arguments = item["arguments"];
+  const size_t index = output_.size();
+  item["arguments"] = "";
+  Emit("response.output_item.added", {{"output_index", index}, {"item", item}});
+  Emit("response.function_call_arguments.delta",
+       {{"item_id", item["id"]}, {"output_index", index}, {"delta", arguments}});
+  Emit("response.function_call_arguments.done",
+       {{"item_id", item["id"]}, {"output_index", index}, {"arguments", arguments}});
+  item["arguments"] = arguments;
+  item["status"] = "completed";
+  Emit("response.output_item.done", {{"output_index", index}, {"item", item}});
+  output_.push_back(std::move(item));
+  ++calls_;
+}
+
+std::string ResponsesBuilder::OnResponse(int index, const v1::GenerateResponse& response) {
+  const std::vector<json> chunks = chat_.Chunks(index, response);
+  if (!chat_request_.stream) return "";
+  Start();
+  for (const json& chunk : chunks) {
+    for (const json& choice : chunk["choices"]) {
+      const json& delta = choice["delta"];
+      json lp = json::array();
+      if (auto l = choice.find("logprobs"); l != choice.end() && l->is_object()) {
+        lp = (*l)["content"];
+      }
+      auto calls = delta.find("tool_calls");
+      auto content = delta.find("content");
+      if (content != delta.end() && content->is_string() && !content->get<std::string>().empty()) {
+        OpenMessage();
+        text_ += content->get<std::string>();
+        for (const json& x : lp) text_logprobs_.push_back(x);
+        Emit("response.output_text.delta", {{"item_id", MessageId()},
+                                            {"output_index", output_.size()},
+                                            {"content_index", 0},
+                                            {"delta", *content},
+                                            {"logprobs", std::move(lp)}});
+      } else if (calls == delta.end()) {
+        for (const json& x : lp) text_logprobs_.push_back(x);  // of text held back
+      }
+      if (calls != delta.end() && calls->is_array()) {
+        CloseMessage();
+        for (const json& call : *calls) {
+          if (calls_ < MaxCalls()) AddCall(call);
+        }
+      }
+      if (choice["finish_reason"].is_string()) finish_ = choice["finish_reason"];
+    }
+  }
+  return Flush();
+}
+
+std::string ResponsesBuilder::OnFailure(int index, const grpc::Status& status) {
+  chat_.OnFailure(index, status);
+  failure_ = status;
+  if (!chat_request_.stream) return "";
+  Start();
+  const json e = ErrorBody(status)["error"];
+  Emit("error", {{"code", e["code"]}, {"message", e["message"]}, {"param", e["param"]}});
+  return Flush();
+}
+
+std::string ResponsesBuilder::StreamEnd() {
+  Start();
+  if (failure_.has_value()) {
+    Emit("response.failed",
+         {{"response", ResponseObject("failed", finish_, output_, nullptr, nullptr)}});
+    return Flush();
+  }
+  if (output_.empty()) OpenMessage();  // an empty answer is an empty message
+  CloseMessage();
+  const std::string status = StatusOf(finish_);
+  Emit(status == "completed" ? "response.completed" : "response.incomplete",
+       {{"response",
+         ResponseObject(status, finish_, output_, UsageOf(chat_.Usage()), chat_.Stats(0))}});
+  return Flush();
+}
+
+}  // namespace tinyserve::openai
