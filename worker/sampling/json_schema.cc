@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_nesting.h"
 #include "nlohmann/json.hpp"
 
 namespace tinyserve {
@@ -32,6 +33,7 @@ class SchemaCompiler {
   const ojson& root_;
   std::map<std::string, int> refs_;  // "$ref" -> its node (compiled once; recursion allowed)
   std::vector<std::string> paths_;   // per node, for Finish's errors
+  size_t pattern_table_ = 0;         // transitions of the patterns compiled so far
 
   static absl::Status Bad(const std::string& path, absl::string_view message) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
@@ -305,8 +307,18 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
         o.search = true;  // JSON Schema: the string contains a match
         o.min_length = node.min_items;
         o.max_length = node.max_items;
+        if (patterns.size() >= JsonSchema::kMaxPatterns) {
+          return Bad(path + ".pattern",
+                     absl::StrCat("more than ", JsonSchema::kMaxPatterns, " patterns in a schema"));
+        }
         auto re = Regex::Compile(p->get<std::string>(), o);
         if (!re.ok()) return Bad(path + ".pattern", re.status().message());
+        pattern_table_ += (*re)->table_size();
+        if (pattern_table_ > JsonSchema::kMaxPatternTable) {
+          return Bad(path + ".pattern",
+                     absl::StrCat("the schema's patterns together would pass ",
+                                  JsonSchema::kMaxPatternTable, " automaton transitions"));
+        }
         node.pattern = static_cast<int>(patterns.size());
         patterns.push_back(*std::move(re));
       }
@@ -416,6 +428,15 @@ absl::Status SchemaCompiler::Finish() {
 }
 
 absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::string_view text) {
+  // A schema nests at most 16 levels of schemas (a few JSON levels each); what it may hold
+  // beside them ("default", "examples") is bounded too, and so is the parse's work.
+  const JsonCost cost = MeasureJson(text);
+  if (cost.nesting > 64)
+    return absl::InvalidArgumentError("json_schema: nests deeper than 64 levels");
+  if (cost.ordered_work > kMaxJsonOrderedWork) {
+    return absl::InvalidArgumentError(
+        "json_schema: objects of too many members (10,000 in one object at most)");
+  }
   const ojson s = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (s.is_discarded()) return absl::InvalidArgumentError("json_schema: not valid JSON");
   SchemaCompiler c(s);

@@ -25,7 +25,9 @@
 // automaton with minLength/maxLength folded in, and checked on the decoded string as it is
 // written (escapes and surrogate pairs included); "pattern" needs "type": "string".
 // Refused with an error naming the schema path: "not", "if", "patternProperties",
-// "prefixItems", remote "$ref"s and any "type" not listed. Nesting: at most 16 levels.
+// "prefixItems", remote "$ref"s and any "type" not listed. Nesting: at most 16 levels; at most
+// kMaxPatterns patterns whose automata hold kMaxPatternTable transitions in all (one pattern's
+// caps are regex.h's), so a schema's compile stays bounded as one pattern's is.
 //
 // Thread safety: a compiled JsonSchema is immutable (shared); a SchemaRecognizer is per request.
 #pragma once
@@ -76,6 +78,8 @@ struct SchemaNode {
 
 class JsonSchema {
  public:
+  static constexpr size_t kMaxPatterns = 64;
+  static constexpr size_t kMaxPatternTable = size_t{1} << 23;  // 32 MB of transitions
   // INVALID_ARGUMENT naming the schema path ("json_schema.properties.age.type: ...").
   static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(std::string_view schema);
   const std::vector<SchemaNode>& nodes() const { return nodes_; }  // nodes_[0] is the root

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "worker/sampling/sampler.h"
 
 namespace tinyserve {
@@ -169,16 +171,62 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePath) {
   for (int i = 0; i < 20; ++i) nested = R"({"type": "array", "items": )" + nested + "}";
   EXPECT_FALSE(JsonSchema::Compile(nested).ok());
   // A long chain of references is bounded like nesting (no deep recursion on hostile input).
-  std::string defs = R"({"$ref": "#/$defs/a0", "$defs": {)";
-  for (int i = 0; i < 100000; ++i) {
-    defs +=
-        "\"a" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/a" + std::to_string(i + 1) + "\"},";
-  }
-  defs += R"("a100000": {"type": "null"}}})";
-  auto chain = JsonSchema::Compile(defs);
+  auto chain_of = [](int n) {
+    std::string defs = R"({"$ref": "#/$defs/a0", "$defs": {)";
+    for (int i = 0; i < n; ++i) {
+      absl::StrAppend(&defs, "\"a", i, "\": {\"$ref\": \"#/$defs/a", i + 1, "\"},");
+    }
+    absl::StrAppend(&defs, "\"a", n, "\": {\"type\": \"null\"}}}");
+    return defs;
+  };
+  auto chain = JsonSchema::Compile(chain_of(5000));
   ASSERT_FALSE(chain.ok());
   EXPECT_NE(std::string(chain.status().message()).find("deeper than 16"), std::string::npos)
       << chain.status();
+  // An object of 100,000 members would take ordered_json's parser some 10 s (it scans the keys
+  // before each one): refused before parsing.
+  auto wide = JsonSchema::Compile(chain_of(100000));
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(std::string(wide.status().message()).find("too many members"), std::string::npos)
+      << wide.status();
+}
+
+// Patterns are bounded in number and, together, in automaton size (each compile is bounded by
+// regex.h's caps; a schema of many must not add up past them unchecked).
+TEST(JsonSchema, PatternsAreBoundedTogether) {
+  auto properties = [](int n, const std::function<std::string(int)>& pattern) {
+    std::string s = R"({"type": "object", "properties": {)";
+    for (int i = 0; i < n; ++i) {
+      absl::StrAppend(&s, i > 0 ? ", " : "", "\"p", i, "\": {\"type\": \"string\", ",
+                      "\"pattern\": \"", pattern(i), "\"}");
+    }
+    return s + "}}";
+  };
+  const auto small = [](int) { return std::string("^a+$"); };
+  EXPECT_TRUE(JsonSchema::Compile(properties(JsonSchema::kMaxPatterns, small)).ok());
+  auto many = JsonSchema::Compile(properties(JsonSchema::kMaxPatterns + 1, small));
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(std::string(many.status().message())
+                .rfind("json_schema.properties.p64.pattern: more than 64", 0),
+            0u)
+      << many.status();
+  // 1,024 random 30-letter words each: about 1.6M transitions a pattern.
+  std::mt19937 rng(5);
+  const auto words = [&](int) {
+    std::string alternatives;
+    for (int w = 0; w < 1024; ++w) {
+      if (w > 0) alternatives += '|';
+      for (int k = 0; k < 30; ++k)
+        alternatives +=
+            static_cast<char>("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[rng() % 52]);
+    }
+    return "^(" + alternatives + ")$";
+  };
+  auto large = JsonSchema::Compile(properties(8, words));
+  ASSERT_FALSE(large.ok());
+  EXPECT_NE(std::string(large.status().message()).find("patterns together would pass"),
+            std::string::npos)
+      << large.status();
 }
 
 // What Pydantic emits for nested models, Optional fields and recursive types.
@@ -255,10 +303,14 @@ TEST(JsonSchema, AliasesResolveToTheirTargetEverywhere) {
   auto alias_only = MustCompile(R"({"$defs": {"B": {"type": "string"}, "A": {"$ref": "#/$defs/B"}},
                                     "type": "array", "items": {"$ref": "#/$defs/A"}})");
   EXPECT_EQ(Check(*alias_only, R"(["a", "b"])"), std::make_pair(true, true));
+  // 100 objects of 400 properties: 40,000 parts.
   std::string wide = R"({"type": "object", "properties": {)";
-  for (int i = 0; i < 40000; ++i) wide += "\"p" + std::to_string(i) + "\": {},";
-  wide.back() = '}';
-  wide += "}";
+  for (int o = 0; o < 100; ++o) {
+    absl::StrAppend(&wide, o > 0 ? ", " : "", "\"o", o, R"(": {"type": "object", "properties": {)");
+    for (int i = 0; i < 400; ++i) absl::StrAppend(&wide, i > 0 ? ", " : "", "\"p", i, "\": {}");
+    wide += "}}";
+  }
+  wide += "}}";
   auto too_wide = JsonSchema::Compile(wide);
   ASSERT_FALSE(too_wide.ok());
   EXPECT_NE(std::string(too_wide.status().message()).find("32767"), std::string::npos);

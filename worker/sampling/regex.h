@@ -44,7 +44,7 @@ class Regex {
     int min_length = 0;
     int max_length = INT_MAX;
   };
-  static constexpr int kMaxStates = 20000;
+  static constexpr int kMaxStates = 1 << 16;
   static constexpr int kMaxRepeat = 1000;
 
   // INVALID_ARGUMENT saying what is wrong and where ("at offset 4: ..."), or that the
@@ -68,6 +68,8 @@ class Regex {
   // Code points a text of `count` so far may still take after the next one (maxLength).
   int64_t Budget(int32_t count) const { return int64_t{max_length_} - count - 1; }
   int num_states() const { return static_cast<int>(accepting_.size()); }
+  // Entries of the transition table (states x character classes): its memory, in int32s.
+  size_t table_size() const { return next_.size(); }
 
  private:
   int ClassOf(char32_t cp) const;

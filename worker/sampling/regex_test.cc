@@ -6,6 +6,7 @@
 #include "worker/sampling/regex.h"
 
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -231,7 +232,7 @@ TEST(Regex, ErrorsSayWhatAndWhere) {
       {"\\x4", "hex digits"},
       {"[^\\s\\S]", "matches no text"},
       {"(a{1000}){1000}", "too complex"},
-      {"[ab]*a[ab]{15}", "too complex"},        // 2^16 states
+      {"[ab]*a[ab]{16}", "too complex"},        // 2^17 states
       {"(?:(?:.?){1000}){90}", "too complex"},  // bounded by building steps, not only states
       {"\\ud83d", "lone surrogate"},
       {"\\ude00\\ud83d", "lone surrogate"},
@@ -275,6 +276,24 @@ TEST(Regex, AlternativesMatchExactlyTheTexts) {
   EXPECT_FALSE(Matches(*re, "\xC3\xA9"));
   EXPECT_TRUE(Viable(*re, "may"));
   EXPECT_FALSE(Viable(*re, "mab"));
+}
+
+// A classifier's label set: 2,048 texts of 30 characters (a trie of about 55,000 states) compile,
+// and the automaton takes exactly them.
+TEST(Regex, ThousandsOfAlternativesCompile) {
+  std::mt19937 rng(3);
+  const std::string letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ";
+  std::vector<std::string> texts(2048);
+  for (std::string& t : texts) {
+    for (int k = 0; k < 30; ++k) t += letters[rng() % letters.size()];
+  }
+  auto re = MustCompile(Regex::Alternatives(texts));
+  EXPECT_GT(re->num_states(), 20000);
+  for (const std::string& t : texts) EXPECT_TRUE(Matches(*re, t)) << t;
+  std::string near = texts[7];
+  near.back() = near.back() == 'a' ? 'b' : 'a';
+  EXPECT_FALSE(Matches(*re, near));
+  EXPECT_FALSE(Matches(*re, texts[7].substr(0, 29)));
 }
 
 }  // namespace

@@ -371,18 +371,22 @@ absl::Status ParseStructuredOutputs(Fields& f, v1::SamplingOptions* s) {
     }
     pattern = value->get<std::string>();
   } else if (kind == "choice") {
-    if (!value->is_array() || value->empty() || value->size() > 1024) {
-      return Bad(field, "must list 1 to 1024 strings");
+    if (!value->is_array() || value->empty() || value->size() > 4096) {
+      return Bad(field, "must list 1 to 4096 strings");
     }
     std::vector<std::string> texts;
     for (const json& t : *value) {
-      if (!t.is_string()) return Bad(field, "must list 1 to 1024 strings");
+      if (!t.is_string()) return Bad(field, "must list 1 to 4096 strings");
       texts.push_back(t.get<std::string>());
     }
     pattern = Regex::Alternatives(texts);
   } else if (kind == "json") {  // a schema, as an object or as its JSON text
     json schema = *value;
     if (value->is_string()) {
+      if (!JsonAffordable(value->get<std::string>(), kMaxJsonDepth)) {
+        return Bad(field, absl::StrCat("nests deeper than ", kMaxJsonDepth,
+                                       " levels or has objects of too many members"));
+      }
       schema = json::parse(value->get<std::string>(), nullptr, /*allow_exceptions=*/false);
     }
     if (!schema.is_object() && !schema.is_boolean()) return Bad(field, "must be a JSON Schema");
@@ -580,10 +584,17 @@ json TinyServeStats(const v1::Complete& c) {
 }  // namespace
 
 absl::StatusOr<json> ParseBody(std::string_view body) {
-  // Nesting is bounded before parsing: what follows (dump, protobuf's JSON parser) recurses.
-  if (JsonNesting(body) > kMaxJsonDepth) {
+  // Nesting is bounded before parsing: what follows (dump, protobuf's JSON parser) recurses;
+  // and so is the parse's own work (ordered_json's objects scan their keys).
+  const JsonCost cost = MeasureJson(body);
+  if (cost.nesting > kMaxJsonDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels"));
+  }
+  if (cost.ordered_work > kMaxJsonOrderedWork) {
+    return absl::InvalidArgumentError(
+        "the body's objects have too many members (10,000 in one object at most, fewer in "
+        "several)");
   }
   json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");
@@ -1061,7 +1072,7 @@ json ResponseBuilder::AutoToolCalls(const std::string& text, std::string* conten
       const size_t end = JsonValueEnd(text, i);
       if (end == std::string::npos) return nullptr;
       const std::string_view one = std::string_view(text).substr(i, end - i);
-      if (JsonNesting(one) > kMaxJsonDepth) return nullptr;  // the output is untrusted too
+      if (!JsonAffordable(one, kMaxJsonDepth)) return nullptr;  // the output is untrusted too
       const json call = json::parse(one, nullptr, /*allow_exceptions=*/false);
       if (!known(call)) return nullptr;
       const char* key = call.contains("parameters") ? "parameters" : "arguments";
@@ -1085,8 +1096,8 @@ json ResponseBuilder::AutoToolCalls(const std::string& text, std::string* conten
     const size_t body = at + kOpen.size();
     const size_t end = std::min(text.find(kClose, body), text.size());
     // The output is untrusted too (a guided regex can make it anything): bounded nesting, since
-    // copying and dumping recurse.
-    if (JsonNesting(std::string_view(text).substr(body, end - body)) > kMaxJsonDepth)
+    // copying and dumping recurse, and bounded objects.
+    if (!JsonAffordable(std::string_view(text).substr(body, end - body), kMaxJsonDepth))
       return nullptr;
     const json call = json::parse(text.substr(body, end - body), nullptr,
                                   /*allow_exceptions=*/false);

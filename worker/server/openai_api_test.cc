@@ -291,6 +291,24 @@ TEST(OpenAiParse, BadInputNamesTheField) {
   EXPECT_EQ(ParamOf(kC, deep), "<none>");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})"),
             "<ok>");  // brackets inside strings do not count
+  // So are objects of very many members (ordered_json scans the keys before each one: 100,000
+  // members took 10 s), in the body and in a schema given as JSON text; a large logit_bias fits.
+  std::string wide = R"({"prompt": "x", "logit_bias": {)";
+  for (int i = 0; i < 20000; ++i) absl::StrAppend(&wide, i > 0 ? ", " : "", "\"", i, "\": 1");
+  absl::StrAppend(&wide, "}}");
+  auto refused = ParseRequest(kC, wide, kModel, "req");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("too many members"), std::string::npos);
+  std::string bias = R"({"prompt": "x", "logit_bias": {)";
+  for (int i = 0; i < 5000; ++i) absl::StrAppend(&bias, i > 0 ? ", " : "", "\"", i, "\": -100");
+  absl::StrAppend(&bias, "}}");
+  EXPECT_EQ(MustParse(kC, bias).calls[0].sampling().logit_bias().size(), 5000u);
+  std::string schema = R"({\"type\": \"object\", \"properties\": {)";
+  for (int i = 0; i < 20000; ++i) {
+    absl::StrAppend(&schema, i > 0 ? ", " : "", "\\\"p", i, "\\\": {}");
+  }
+  EXPECT_EQ(ParamOf(kC, absl::StrCat(R"({"prompt": "x", "guided_json": ")", schema, R"(}}"})")),
+            "guided_json");
   // Not JSON, or not an object: no field to name.
   EXPECT_EQ(ParamOf(kC, "{nope"), "<none>");
   EXPECT_EQ(ParamOf(kC, "[1]"), "<none>");

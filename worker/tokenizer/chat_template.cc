@@ -100,8 +100,9 @@ absl::StatusOr<std::string> Render(const TokenizerData& data,
   }
   using Json = nlohmann::ordered_json;
   auto parse = [](std::string_view text, const std::string& what) -> absl::StatusOr<Json> {
-    if (JsonNesting(text) > 32) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": nested deeper than 32 levels"));
+    if (!JsonAffordable(text, 32)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": nested deeper than 32 levels or objects of too many members"));
     }
     Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_array()) {
@@ -123,10 +124,10 @@ absl::StatusOr<std::string> Render(const TokenizerData& data,
         if (!call.is_object() || !call.contains("function")) continue;
         Json& function = call["function"];
         // (Strings are not measured by the check above: bound the arguments' own nesting, since
-        // templates dump them recursively; deeper ones stay a string.)
+        // templates dump them recursively, and their objects; others stay a string.)
         if (function.is_object() && function.contains("arguments") &&
             function["arguments"].is_string() &&
-            JsonNesting(function["arguments"].get<std::string>()) <= 32) {
+            JsonAffordable(function["arguments"].get<std::string>(), 32)) {
           Json args = Json::parse(function["arguments"].get<std::string>(), nullptr, false);
           if (!args.is_discarded()) function["arguments"] = std::move(args);
         }
