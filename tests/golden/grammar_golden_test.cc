@@ -100,5 +100,54 @@ TEST(GrammarGolden, TokenMasksMatchLlamaCpp) {
   EXPECT_GT(steps, 70);
 }
 
+// With many parses open (GrammarConstraint::kWalkPerParse to kMaxPerParse), the mask walks the
+// vocabulary once per parse, skipping what an earlier parse allowed: on the real vocabulary
+// (multi-byte tokens sharing prefixes), it equals asking token by token.
+TEST(GrammarGolden, PerParseMasksEqualTokenByToken) {
+  if (!FileExists(DefaultModelPath())) GTEST_SKIP() << "no " << DefaultModelPath();
+  auto src = OpenWeightSource(DefaultModelPath());
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto tok = Tokenizer::Create((*src)->tokenizer_data());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::shared_ptr<const TokenTable> table = MakeTokenTable(**tok);
+  const int vocab = static_cast<int>(table->kind.size());
+  auto single = [&](char c) {
+    for (int32_t id = 0; id < vocab; ++id) {
+      if (table->kind[id] == TokenTable::kNormal && table->bytes[id] == std::string(1, c))
+        return id;
+    }
+    return -1;
+  };
+  const struct {
+    const char* grammar;
+    std::string text;
+  } cases[] = {
+      // Every parse takes the same letters (later walks skip them all).
+      {"root ::= [a-z]{0,20} [a-z]{0,20} [a-z]{0,20}", std::string(12, 'e')},
+      // Each parse closes with its own sequence of b and c (tokens such as "bc", "cb", "abc").
+      {"root ::= x\nx ::= \"a\" x \"b\" | \"a\" x \"c\" | \"\"", std::string(6, 'a')},
+      {"root ::= x\nx ::= \"a\" x \"b\" | \"a\" x \"c\" | \" \" x \"d\" | \"\"", "aa a a"},
+  };
+  for (const auto& c : cases) {
+    auto g = Grammar::Compile(c.grammar);
+    ASSERT_TRUE(g.ok()) << g.status();
+    GrammarConstraint constraint(table, *g);
+    for (char ch : c.text) {
+      const int32_t id = single(ch);
+      ASSERT_TRUE(id >= 0 && constraint.Allows(id)) << c.grammar;
+      constraint.Accept(id);
+    }
+    std::vector<uint8_t> scan;
+    constraint.AllowedTokens(vocab, &scan);
+    int allowed = 0;
+    for (int32_t id = 0; id < vocab; ++id) {
+      EXPECT_EQ(scan[id] != 0, constraint.Allows(id))
+          << c.grammar << " token " << id << " '" << table->bytes[id] << "'";
+      allowed += scan[id];
+    }
+    EXPECT_GT(allowed, 1) << c.grammar;
+  }
+}
+
 }  // namespace
 }  // namespace tinyserve

@@ -712,16 +712,59 @@ bool GrammarConstraint::Allows(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= table_->kind.size()) return false;
   if (table_->kind[id] == TokenTable::kEnd) return dead_ || Complete();
   if (dead_ || table_->kind[id] == TokenTable::kSpecial || table_->bytes[id].empty()) return false;
-  return Feed(table_->bytes[id]);
+  return Feed(table_->bytes[id]) || (PerParse() && FeedEach(table_->bytes[id], nullptr));
+}
+
+const Grammar::Stacks& GrammarConstraint::OneParse(size_t i) const {
+  stack_.assign(stacks_.data.begin() + (i == 0 ? 0 : stacks_.end[i - 1]),
+                stacks_.data.begin() + stacks_.end[i]);
+  one_.clear();
+  one_.AddUnique(stack_);
+  return one_;
+}
+
+bool GrammarConstraint::FeedEach(const std::string& bytes, Grammar::Stacks* into) const {
+  bool any = false;
+  for (size_t i = 0; i < stacks_.size(); ++i) {
+    Reset(bytes.size());
+    levels_[0].stacks = &OneParse(i);
+    size_t k = 0;
+    while (k < bytes.size() && Step(k, static_cast<unsigned char>(bytes[k]))) ++k;
+    if (k < bytes.size() || !CanEnd(k)) continue;
+    if (into == nullptr) return true;
+    any = true;
+    const Grammar::Stacks& next = *levels_[k].stacks;
+    for (size_t j = 0; j < next.size() && into->size() < Grammar::kMaxStacks; ++j) {
+      stack_.assign(next.data.begin() + (j == 0 ? 0 : next.end[j - 1]),
+                    next.data.begin() + next.end[j]);
+      into->AddUnique(stack_);
+    }
+  }
+  return any;
 }
 
 void GrammarConstraint::AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const {
   if (dead_ || table_->sorted.empty()) return TokenConstraint::AllowedTokens(vocab, allowed);
   Reset(table_->max_bytes);
   scan_left_ = budget_;
-  ScanTokenTable(
-      *table_, vocab, Complete(), [&](size_t k, unsigned char c) { return Step(k, c); },
-      [&](size_t k) { return CanEnd(k); }, allowed);
+  const auto step = [&](size_t k, unsigned char c) { return Step(k, c); };
+  const auto can_end = [&](size_t k) { return CanEnd(k); };
+  if (!PerParse()) {
+    ScanTokenTable(*table_, vocab, Complete(), step, can_end, allowed);
+  } else {
+    // One walk per open parse (a token is allowed when some parse takes it, as llama.cpp
+    // matches), each skipping the tokens an earlier parse allowed: when many parses take the
+    // same tokens, those are walked once instead of once per parse at every byte.
+    allowed->assign(vocab, 0);
+    const int n = std::min<int>(vocab, static_cast<int>(table_->kind.size()));
+    for (int id = 0; id < n; ++id) {
+      if (table_->kind[id] == TokenTable::kEnd) (*allowed)[id] = Complete();
+    }
+    for (size_t i = 0; i < stacks_.size() && scan_left_ > 1; ++i) {
+      levels_[0].stacks = &OneParse(i);
+      ScanTokenTable</*kAccumulate=*/true>(*table_, vocab, false, step, can_end, allowed);
+    }
+  }
   if (scan_left_ <= 1) over_budget_ = true;
   scan_left_ = 0;
 }
@@ -738,14 +781,27 @@ void GrammarConstraint::Accept(int32_t id) {
       table_->kind[id] != TokenTable::kNormal) {
     return;
   }
-  if (dead_ || !Feed(table_->bytes[id])) {
-    // The sampler found no token the grammar allows (kMaxStacks): end the output.
-    dead_ = true;
+  const std::string& bytes = table_->bytes[id];
+  if (dead_) return;
+  if (Feed(bytes)) {
+    const Level& last = levels_[bytes.size()];
+    utf8_ = last.utf8;
+    if (last.stacks != &stacks_) stacks_ = *last.stacks;
     return;
   }
-  const Level& last = levels_[table_->bytes[id].size()];
-  utf8_ = last.utf8;
-  if (last.stacks != &stacks_) stacks_ = *last.stacks;
+  if (PerParse()) {
+    // All the parses together would pass a cap on the way, but some parse on its own takes
+    // the token (as AllowedTokens and Allows judge with this many open): keep the first
+    // kMaxStacks parses it leads to.
+    Grammar::Stacks next;
+    if (FeedEach(bytes, &next)) {
+      utf8_ = levels_[bytes.size()].utf8;
+      stacks_ = std::move(next);
+      return;
+    }
+  }
+  // The sampler found no token the grammar allows (kMaxStacks): end the output.
+  dead_ = true;
 }
 
 }  // namespace tinyserve

@@ -20,7 +20,10 @@
 // Matching is llama.cpp's: a set of open parses ("stacks" of positions into the rules), each
 // code point advancing every parse whose next terminal accepts it. A grammar so ambiguous that
 // more than kMaxStacks parses stay open, or that needs more than kMaxExpand rule expansions for
-// one code point, refuses the code point that would pass the cap; a vocabulary mask that would
+// one code point, refuses the code point that would pass the cap, except that with
+// kWalkPerParse to kMaxPerParse parses open a token is judged against each parse on its own
+// (as llama.cpp does), and taking it keeps the first kMaxStacks parses it leads to; a
+// vocabulary mask that would
 // take more than kMaxScan expansions (about 2 s) ends the output with RESOURCE_EXHAUSTED
 // (status()) rather than guess. Recursion depth is bounded (kMaxNesting while parsing,
 // kMaxChain while matching), so no grammar can exhaust a thread's stack.
@@ -156,13 +159,29 @@ class GrammarConstraint final : public TokenConstraint {
   bool CanEnd(size_t k) const;
   // Feeds a token's bytes through the levels; true when all are taken and it may end there.
   bool Feed(const std::string& bytes) const;
+  // The same for each open parse on its own: true when some parse takes the token; `into`
+  // (unless null) then gets the parses they lead to, the first kMaxStacks of them.
+  bool FeedEach(const std::string& bytes, Grammar::Stacks* into) const;
 
   std::shared_ptr<const TokenTable> table_;
   std::shared_ptr<const Grammar> g_;
   Grammar::Stacks stacks_;
   Utf8 utf8_;
   bool dead_ = false;  // a token no parse allowed was accepted: only end-of-generation now
+  // With kWalkPerParse to kMaxPerParse open parses, tokens are judged against each parse on
+  // its own: AllowedTokens walks the vocabulary once per parse, skipping the tokens an
+  // earlier one allowed. (Each walk visits the whole sorted table, so more parses than
+  // kMaxPerParse are matched together.)
+  static constexpr size_t kWalkPerParse = 8;
+  static constexpr size_t kMaxPerParse = 512;
+  bool PerParse() const {
+    return stacks_.size() >= kWalkPerParse && stacks_.size() <= kMaxPerParse;
+  }
   mutable std::vector<Level> levels_;
+  mutable Grammar::Stacks one_;         // one parse at a time (OneParse)
+  mutable std::vector<int32_t> stack_;  // and its scratch
+  // one_ = open parse i alone.
+  const Grammar::Stacks& OneParse(size_t i) const;
   mutable Grammar::Scratch scratch_;
   mutable int64_t scan_left_ = 0;  // AllowedTokens' expansions left (0: not scanning)
   const int64_t budget_;           // rule expansions a mask may take (kMaxScan)

@@ -154,10 +154,12 @@ loop ::= "c" loop)g");
 TEST(Grammar, AmbiguityIsMergedAndCapped) {
   auto g = Compiled(R"g(root ::= ("a" | "a" | [a-b])* "b")g");
   EXPECT_EQ(Feed(g, std::string(200, 'a') + "b"), -1);
-  // Each 'a' doubles the parses (their continuations differ): refused once past the cap.
+  // Each 'a' doubles the parses (their continuations differ): past kMaxPerParse open they are
+  // matched together again, and the code point that would pass kMaxStacks is refused.
   auto h = Compiled(R"g(root ::= x
 x ::= "a" x "b" | "a" x "c" | "")g");
   EXPECT_EQ(Feed(h, "aaabcb"), -1);
+  EXPECT_EQ(Feed(h, std::string(8, 'a') + std::string(8, 'c')), -1);  // 256 parses open
   const int refused = Feed(h, std::string(30, 'a'));
   EXPECT_GE(refused, 8);
   EXPECT_LE(refused, 13);
@@ -206,7 +208,7 @@ TEST(Grammar, AMaskPastItsBudgetEndsTheOutputWithAnError) {
   // Three optional runs of letters: after many letters, hundreds of parses are open.
   static const auto table = Table();
   auto g = Compiled("root ::= [a-z]{0,60} [a-z]{0,60} [a-z]{0,60}");
-  GrammarConstraint roomy(table, g), tight(table, g, /*scan_budget=*/2000);
+  GrammarConstraint roomy(table, g), tight(table, g, /*scan_budget=*/100);
   std::vector<uint8_t> a, b;
   for (int i = 0; i < 40; ++i) {
     roomy.Accept('a');

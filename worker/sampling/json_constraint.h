@@ -131,22 +131,35 @@ class TokenConstraint {
 // there), can_end(k) says whether a token may end at level k; level 0 is the committed state
 // and levels go up to table.max_bytes. A prefix many tokens share is stepped once, and every
 // token behind a dead prefix is skipped. End-of-generation tokens get end_ok. Needs Index().
-template <typename Step, typename CanEnd>
+// kAccumulate: *allowed already holds verdicts (of another state, same vocab); tokens allowed
+// there are kept and not walked again, the others are allowed if this state allows them.
+template <bool kAccumulate = false, typename Step, typename CanEnd>
 void ScanTokenTable(const TokenTable& table, int vocab, bool end_ok, Step step, CanEnd can_end,
                     std::vector<uint8_t>* allowed) {
-  allowed->assign(vocab, 0);
   const int n = std::min<int>(vocab, static_cast<int>(table.kind.size()));
-  for (int id = 0; id < n; ++id) {
-    if (table.kind[id] == TokenTable::kEnd) (*allowed)[id] = end_ok;
+  if constexpr (!kAccumulate) {
+    allowed->assign(vocab, 0);
+    for (int id = 0; id < n; ++id) {
+      if (table.kind[id] == TokenTable::kEnd) (*allowed)[id] = end_ok;
+    }
   }
-  // Levels 0..valid hold the previous token's prefix; its first dead_at bytes cannot continue
-  // (SIZE_MAX: it was alive).
+  // Levels 0..valid hold the prefix of the last token walked; its first dead_at bytes cannot
+  // continue (SIZE_MAX: it was alive).
   size_t valid = 0, dead_at = SIZE_MAX;
   for (size_t j = 0; j < table.sorted.size(); ++j) {
     const int32_t id = table.sorted[j];
     const std::string& b = table.bytes[id];
     const size_t shared = table.shared[j];
     if (dead_at <= shared) continue;  // behind the same dead prefix
+    if constexpr (kAccumulate) {
+      if (id < n && (*allowed)[id]) {
+        // Not walked: what the levels and the dead prefix say holds for the tokens after it
+        // only as far as they share this one's first bytes.
+        valid = std::min(valid, shared);
+        dead_at = SIZE_MAX;
+        continue;
+      }
+    }
     dead_at = SIZE_MAX;
     size_t k = std::min(shared, valid);
     for (; k < b.size(); ++k) {
