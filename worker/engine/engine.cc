@@ -355,19 +355,25 @@ std::optional<FinishReason> Engine::Impl::TakeText(Sequence& s, int32_t id, std:
     reason = FinishReason::kEos;
   } else if (stop_id) {
     reason = FinishReason::kStopToken;
+    s.usage.stop_token_id = id;
   } else {
     s.held += s.utf8.Push(tok->TokenBytes(id));
     // A stop string ends the output before it; text that could begin one is held back.
     // Before min_tokens nothing stops it.
     size_t cut = std::string::npos;
+    const std::string* matched = nullptr;  // the stop string found first in the text
     for (const auto& stop : s.generated >= sp.min_tokens ? sp.stop : kNoStops) {
       const size_t at = s.held.find(stop);
-      if (at != std::string::npos) cut = std::min(cut, at);
+      if (at != std::string::npos && at < cut) {
+        cut = at;
+        matched = &stop;
+      }
     }
     if (cut != std::string::npos) {
       *text = s.held.substr(0, cut);
       s.held.clear();
       reason = FinishReason::kStopString;
+      s.usage.stop_string = *matched;
     } else {
       size_t keep = 0;
       for (const auto& stop : sp.stop)

@@ -126,6 +126,8 @@ struct RequestUsage {
   double e2e_seconds = 0;
   int spec_draft_tokens = 0;     // speculative tokens drafted (EngineOptions::spec_tokens)
   int spec_accepted_tokens = 0;  // of which the model agreed with
+  std::string stop_string;       // kStopString: the stop string that ended the output
+  int32_t stop_token_id = -1;    // kStopToken: the stop token id that ended it
   SelectionSummary selection;
 };
 

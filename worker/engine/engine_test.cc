@@ -80,16 +80,19 @@ TEST(Engine, SeedsStopStringsStopIdsAndLogprobs) {
   EXPECT_NE(run(r)->ids, a->ids);
 
   GenerateRequest g = Greedy(*e, "Once upon a time", 64);
-  g.sampling.stop = {"little girl"};
+  g.sampling.stop = {"never", "girl", "little"};  // "little" is found first in the text
   auto s = run(g);
   EXPECT_EQ(s->reason, FinishReason::kStopString);
   EXPECT_EQ(s->text, ", there was a ");
+  EXPECT_EQ(s->usage.stop_string, "little");  // named (vLLM's stop_reason)
 
   GenerateRequest t = Greedy(*e, "Once upon a time", 64);
   t.sampling.stop_token_ids = {kStoriesGolden[5]};
   auto st = run(t);
   EXPECT_EQ(st->reason, FinishReason::kStopToken);
   EXPECT_EQ(st->ids.size(), 6u);
+  EXPECT_EQ(st->usage.stop_token_id, kStoriesGolden[5]);
+  EXPECT_EQ(st->usage.stop_string, "");
 
   GenerateRequest lp = Greedy(*e, "Once upon a time", 4);
   lp.sampling.logprobs = 3;

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/timer.h"
 #include "prometheus/text_serializer.h"
+#include "worker/server/anthropic_api.h"
 #include "worker/server/openai_responses.h"
 #include "worker/server/rpc_security.h"
 #include "worker/server/tracing.h"
@@ -339,6 +340,7 @@ int HttpFrontend::Route(mg_connection* conn) {
       {"/v1/completions", "POST", "completions", false, &HttpFrontend::Completions},
       {"/v1/chat/completions", "POST", "chat_completions", false, &HttpFrontend::ChatCompletions},
       {"/v1/responses", "POST", "responses", false, &HttpFrontend::Responses},
+      {"/v1/messages", "POST", "messages", false, &HttpFrontend::Messages},
       {"/v1/models", "GET", "models", false, &HttpFrontend::Models},
       {"/v1/embeddings", "POST", "embeddings", false, &HttpFrontend::Embeddings},
       {"/v1/load_lora_adapter", "POST", "load_lora_adapter", false, &HttpFrontend::LoadLoraAdapter},
@@ -368,9 +370,13 @@ int HttpFrontend::Route(mg_connection* conn) {
                        "invalid_request_error");
     }
     if (!route->open && !options_.api_key.empty()) {
+      // OpenAI's clients send "Authorization: Bearer KEY", Anthropic's "x-api-key: KEY".
       const char* auth = mg_get_header(conn, "Authorization");
-      if (auth == nullptr || !SameSecret(auth, "Bearer " + options_.api_key)) {
-        return SendError(conn, 401, "a valid API key is required (Authorization: Bearer)",
+      const char* key = mg_get_header(conn, "x-api-key");
+      if ((auth == nullptr || !SameSecret(auth, "Bearer " + options_.api_key)) &&
+          (key == nullptr || !SameSecret(key, options_.api_key))) {
+        return SendError(conn, 401,
+                         "a valid API key is required (Authorization: Bearer, or x-api-key)",
                          "authentication_error");
       }
     }
@@ -446,29 +452,53 @@ int HttpFrontend::Responses(mg_connection* conn, const std::string& body) {
   return Generate(conn, openai::Endpoint::kResponses, body);
 }
 
+int HttpFrontend::Messages(mg_connection* conn, const std::string& body) {
+  return Generate(conn, openai::Endpoint::kMessages, body);
+}
+
 int HttpFrontend::Version(mg_connection* conn, const std::string&) {
   return SendBody(conn, 200, Dump({{"version", options_.version}}));
 }
 
 int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
                            const std::string& body) {
+  // Anthropic's route answers errors in Anthropic's shape.
+  const bool anthropic = endpoint == openai::Endpoint::kMessages;
+  auto fail = [&](const absl::Status& st) {
+    if (!anthropic) return SendError(conn, st);
+    return SendBody(conn, openai::HttpStatusOf(static_cast<grpc::StatusCode>(st.code())),
+                    Dump(openai::AnthropicErrorBody(st)));
+  };
   auto model = Model();
-  if (!model.ok()) return SendError(conn, model.status());
+  if (!model.ok()) return fail(model.status());
   const std::string request_id = absl::StrCat("http-", id_prefix_, "-", next_id_.fetch_add(1));
-  const bool responses = endpoint == openai::Endpoint::kResponses;
-  auto parsed = responses ? openai::ParseResponsesRequest(body, *model, request_id)
-                          : openai::ParseRequest(endpoint, body, *model, request_id);
-  if (!parsed.ok()) return SendError(conn, parsed.status());
-  const char* prefix = responses                             ? "resp_"
-                       : endpoint == openai::Endpoint::kChat ? "chatcmpl-"
-                                                             : "cmpl-";
-  const std::string id = absl::StrCat(prefix, parsed->calls.front().request_id());
+  absl::StatusOr<openai::ParsedRequest> parsed;
+  switch (endpoint) {
+    case openai::Endpoint::kResponses:
+      parsed = openai::ParseResponsesRequest(body, *model, request_id);
+      break;
+    case openai::Endpoint::kMessages:
+      parsed = openai::ParseMessagesRequest(body, *model, request_id);
+      break;
+    default:
+      parsed = openai::ParseRequest(endpoint, body, *model, request_id);
+  }
+  if (!parsed.ok()) return fail(parsed.status());
+  const std::string& call_id = parsed->calls.front().request_id();
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   std::unique_ptr<openai::AnswerBuilder> builder;
-  if (responses) {
-    builder = std::make_unique<openai::ResponsesBuilder>(*parsed, id, created);
-  } else {
-    builder = std::make_unique<openai::ResponseBuilder>(*parsed, id, created);
+  switch (endpoint) {
+    case openai::Endpoint::kResponses:
+      builder = std::make_unique<openai::ResponsesBuilder>(*parsed, "resp_" + call_id, created);
+      break;
+    case openai::Endpoint::kMessages:
+      builder = std::make_unique<openai::MessagesBuilder>(*parsed, "msg_" + call_id);
+      break;
+    default:
+      builder = std::make_unique<openai::ResponseBuilder>(
+          *parsed,
+          absl::StrCat(endpoint == openai::Endpoint::kChat ? "chatcmpl-" : "cmpl-", call_id),
+          created);
   }
 
   bool headers_sent = false, client_gone = false;
@@ -512,7 +542,11 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
     }
   }
   if (client_gone) return 499;
-  if (failure.has_value() && !headers_sent) return SendError(conn, *failure);
+  if (failure.has_value() && !headers_sent) {
+    if (!anthropic) return SendError(conn, *failure);
+    return fail(absl::Status(static_cast<absl::StatusCode>(failure->error_code()),
+                             failure->error_message()));
+  }
   if (parsed->stream) {
     if (!headers_sent) mg_send_http_ok(conn, "text/event-stream", -1);
     SendChunk(conn, builder->StreamEnd());

@@ -92,6 +92,7 @@ class HttpFrontend {
   int Completions(mg_connection* conn, const std::string& body);
   int ChatCompletions(mg_connection* conn, const std::string& body);
   int Responses(mg_connection* conn, const std::string& body);
+  int Messages(mg_connection* conn, const std::string& body);
   int Models(mg_connection* conn, const std::string& body);
   int Embeddings(mg_connection* conn, const std::string& body);
   int LoadLoraAdapter(mg_connection* conn, const std::string& body);

@@ -552,6 +552,15 @@ std::string Event(const json& object) {
                       "\n\n");
 }
 
+// vLLM's stop_reason: the stop string or stop token id that ended the output, else null.
+json StopReason(const v1::Complete& c) {
+  if (c.finish_reason() == v1::FINISH_REASON_STOP_STRING) return c.stop_string();
+  if (c.finish_reason() == v1::FINISH_REASON_STOP_TOKEN && c.has_stop_token_id()) {
+    return c.stop_token_id();
+  }
+  return nullptr;
+}
+
 // TinyServe's own figures of a finished choice: which worker, the exact finish, timing and
 // page selection (numbers stay numbers, unlike proto3 JSON's int64 strings).
 json TinyServeStats(const v1::Complete& c) {
@@ -672,8 +681,8 @@ absl::StatusOr<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view b
 absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const json& root,
                                                const ServedModel& model,
                                                const std::string& request_id) {
-  if (endpoint == Endpoint::kResponses) {
-    return absl::InternalError("/v1/responses bodies are parsed by ParseResponsesRequest");
+  if (endpoint != Endpoint::kCompletions && endpoint != Endpoint::kChat) {
+    return absl::InternalError("only completions and chat bodies are parsed here");
   }
   Fields f(root, "");
   ParsedRequest out;
@@ -868,6 +877,7 @@ json ResponseBuilder::ChoiceDelta(int index, const std::string& text, const json
   }
   c["logprobs"] = logprobs;
   c["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
+  if (!finish_reason.empty()) c["stop_reason"] = StopReason(choices_[index].complete);
   return c;
 }
 
@@ -1292,6 +1302,7 @@ json ResponseBuilder::BodyJson() const {
     choice["logprobs"] = c.logprobs;
     if (request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
     choice["finish_reason"] = c.finish_reason;
+    choice["stop_reason"] = StopReason(c.complete);
     choice["tinyserve"] = TinyServeStats(c.complete);
     choices.push_back(std::move(choice));
   }

@@ -49,7 +49,7 @@ namespace tinyserve::openai {
 // json_schema output is written in) and responses read in OpenAI's field order.
 using Json = nlohmann::ordered_json;
 
-enum class Endpoint { kCompletions, kChat, kResponses };
+enum class Endpoint { kCompletions, kChat, kResponses, kMessages };
 
 // The absl::Status payload key holding the request field an INVALID_ARGUMENT error is about.
 inline constexpr char kParamPayload[] = "tinyserve.openai/param";

@@ -1,13 +1,14 @@
-// libFuzzer target for the OpenAI-compatible request parsers and response builders
-// (openai_api.h, openai_responses.h): any body must give a request or an INVALID_ARGUMENT, never a
-// crash; a parsed request's responses must build (the body is also the output text, so tool_choice
-// "auto"'s call parsing sees it, with the hermes parser and the llama3_json one). Built with
-// -DTINYSERVE_FUZZ=ON (clang).
+// libFuzzer target for the HTTP API's request parsers and response builders (openai_api.h,
+// openai_responses.h, anthropic_api.h): any body must give a request or an INVALID_ARGUMENT, never
+// a crash; a parsed request's responses must build (the body is also the output text, so
+// tool_choice "auto"'s call parsing sees it, with the hermes parser and the llama3_json one). Built
+// with -DTINYSERVE_FUZZ=ON (clang).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string_view>
 
+#include "worker/server/anthropic_api.h"
 #include "worker/server/openai_api.h"
 #include "worker/server/openai_responses.h"
 
@@ -17,22 +18,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const oa::ServedModel hermes{"m", 2048, {"lora-a"}, "hermes"};
   const oa::ServedModel llama3{"m", 2048, {"lora-a"}, "llama3_json"};
   for (oa::Endpoint e : {oa::Endpoint::kCompletions, oa::Endpoint::kChat, oa::Endpoint::kChat,
-                         oa::Endpoint::kResponses}) {
+                         oa::Endpoint::kResponses, oa::Endpoint::kMessages}) {
     const oa::ServedModel& model = e == oa::Endpoint::kCompletions || size % 2 ? hermes : llama3;
-    const bool responses = e == oa::Endpoint::kResponses;
-    auto r = responses ? oa::ParseResponsesRequest(body, model, "fuzz")
-                       : oa::ParseRequest(e, body, model, "fuzz");
+    absl::StatusOr<oa::ParsedRequest> r;
+    if (e == oa::Endpoint::kResponses) {
+      r = oa::ParseResponsesRequest(body, model, "fuzz");
+    } else if (e == oa::Endpoint::kMessages) {
+      r = oa::ParseMessagesRequest(body, model, "fuzz");
+    } else {
+      r = oa::ParseRequest(e, body, model, "fuzz");
+    }
     if (!r.ok()) {
       // A "model" that is neither "m" nor an adapter is NOT_FOUND (404).
       if (r.status().code() != absl::StatusCode::kInvalidArgument &&
           r.status().code() != absl::StatusCode::kNotFound)
         __builtin_trap();
       oa::ErrorBody(r.status());
+      oa::AnthropicErrorBody(r.status());
       continue;
     }
     std::unique_ptr<oa::AnswerBuilder> b;
-    if (responses) {
+    if (e == oa::Endpoint::kResponses) {
       b = std::make_unique<oa::ResponsesBuilder>(*r, "resp_id", 0);
+    } else if (e == oa::Endpoint::kMessages) {
+      b = std::make_unique<oa::MessagesBuilder>(*r, "msg_id");
     } else {
       b = std::make_unique<oa::ResponseBuilder>(*r, "id", 0);
     }
@@ -41,7 +50,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     chunk.mutable_chunk()->set_text(std::string(body));
     chunk.mutable_chunk()->add_logprobs()->set_text("\xff");
     tinyserve::v1::GenerateResponse done;
-    done.mutable_complete()->set_finish_reason(tinyserve::v1::FINISH_REASON_EOS);
+    if (size % 3 == 0) {  // a stop string ended it (vLLM's stop_reason, Anthropic's stop_sequence)
+      done.mutable_complete()->set_finish_reason(tinyserve::v1::FINISH_REASON_STOP_STRING);
+      done.mutable_complete()->set_stop_string(std::string(body.substr(0, 8)));
+    } else {
+      done.mutable_complete()->set_finish_reason(tinyserve::v1::FINISH_REASON_EOS);
+    }
     for (size_t i = 0; i < r->calls.size(); ++i) {
       b->OnResponse(static_cast<int>(i), chunk);
       b->OnResponse(static_cast<int>(i), done);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
@@ -86,5 +87,77 @@ class Fields {
   std::string prefix_;
   absl::Status status_;
 };
+
+// JSON text of a value (invalid UTF-8 replaced, as every response is written).
+inline std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// Fields the APIs translated into chat (openai_responses.h, anthropic_api.h) pass through with
+// chat's meaning: vLLM's sampling extras and TinyServe's selection.
+inline constexpr const char* kChatExtras[] = {"model",
+                                              "temperature",
+                                              "top_p",
+                                              "stream",
+                                              "seed",
+                                              "top_k",
+                                              "min_p",
+                                              "ignore_eos",
+                                              "repetition_penalty",
+                                              "min_tokens",
+                                              "presence_penalty",
+                                              "priority",
+                                              "frequency_penalty",
+                                              "cache_salt",
+                                              "stop_token_ids",
+                                              "request_id",
+                                              "logit_bias",
+                                              "selection",
+                                              "structured_outputs",
+                                              "guided_regex",
+                                              "guided_choice",
+                                              "guided_json",
+                                              "guided_grammar",
+                                              "grammar",
+                                              "ebnf"};
+
+// An INVALID_ARGUMENT from the chat parser with its field renamed by rename(field) (the
+// message's leading field and the kParamPayload).
+template <typename Rename>
+absl::Status RenamedField(const absl::Status& st, Rename rename) {
+  const auto payload = st.GetPayload(kParamPayload);
+  if (!payload.has_value()) return st;
+  const std::string field(*payload);
+  const std::string renamed = rename(field);
+  if (renamed == field) return st;
+  std::string message(st.message());
+  if (message.rfind(field, 0) == 0) message = renamed + message.substr(field.size());
+  absl::Status out(st.code(), message);
+  out.SetPayload(kParamPayload, absl::Cord(renamed));
+  return out;
+}
+
+// field with the first of table's (chat prefix, new prefix) pairs it starts with replaced; a
+// prefix matches a whole name ("stop" not "stop_token_ids"). Unchanged when none does.
+template <size_t N>
+std::string RenamePrefix(const std::string& field,
+                         const std::pair<const char*, const char*> (&table)[N]) {
+  for (const auto& [from, to] : table) {
+    const std::string prefix = from;
+    if (field.rfind(prefix, 0) != 0) continue;
+    if (field.size() == prefix.size() || prefix.back() == '.' || field[prefix.size()] == '.' ||
+        field[prefix.size()] == '[') {
+      return to + field.substr(prefix.size());
+    }
+  }
+  return field;
+}
+
+// "tools[i].function.X" -> "tools[i].X" (the flat tool forms), else "".
+inline std::string FlatToolField(const std::string& field) {
+  const size_t end = field.find("].function.");
+  if (field.rfind("tools[", 0) != 0 || end == std::string::npos) return "";
+  return field.substr(0, end + 1) + field.substr(end + 10);
+}
 
 }  // namespace tinyserve::openai

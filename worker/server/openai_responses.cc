@@ -14,21 +14,6 @@ namespace {
 using json = Json;
 namespace v1 = tinyserve::v1;
 
-// Fields a /v1/responses body shares with chat, same name and meaning (vLLM's extras too).
-constexpr const char* kPassThrough[] = {"model",        "temperature",
-                                        "top_p",        "stream",
-                                        "seed",         "stop",
-                                        "top_k",        "min_p",
-                                        "ignore_eos",   "repetition_penalty",
-                                        "min_tokens",   "presence_penalty",
-                                        "priority",     "frequency_penalty",
-                                        "cache_salt",   "stop_token_ids",
-                                        "request_id",   "logit_bias",
-                                        "selection",    "structured_outputs",
-                                        "guided_regex", "guided_choice",
-                                        "guided_json",  "guided_grammar",
-                                        "grammar",      "ebnf"};
-
 constexpr char kLogprobsInclude[] = "message.output_text.logprobs";
 
 // The text of a message's content: a string, or a list of text parts (input_text,
@@ -191,30 +176,8 @@ std::string ResponsesField(const std::string& field) {
       {"tool_choice.function.", "tool_choice."},
       {"messages", "input"},
   };
-  for (const auto& [chat, responses] : kPrefixes) {
-    const std::string prefix = chat;
-    if (field.rfind(prefix, 0) == 0) return responses + field.substr(prefix.size());
-  }
-  // tools[i].function.X -> tools[i].X
-  const size_t end = field.find("].function.");
-  if (field.rfind("tools[", 0) == 0 && end != std::string::npos) {
-    return field.substr(0, end + 1) + field.substr(end + 10);
-  }
-  return field;
-}
-
-// The chat parser's error with the field renamed (message and "param").
-absl::Status Renamed(const absl::Status& st) {
-  const auto payload = st.GetPayload(kParamPayload);
-  if (!payload.has_value()) return st;
-  const std::string field(*payload);
-  const std::string renamed = ResponsesField(field);
-  if (renamed == field) return st;
-  std::string message(st.message());
-  if (message.rfind(field, 0) == 0) message = renamed + message.substr(field.size());
-  absl::Status out(st.code(), message);
-  out.SetPayload(kParamPayload, absl::Cord(renamed));
-  return out;
+  const std::string flat = FlatToolField(field);
+  return flat.empty() ? RenamePrefix(field, kPrefixes) : flat;
 }
 
 json UsageOf(const json& chat) {
@@ -229,8 +192,6 @@ json UsageOf(const json& chat) {
 std::string StatusOf(const std::string& finish) {
   return finish == "length" || finish == "abort" ? "incomplete" : "completed";
 }
-
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
 
@@ -284,7 +245,7 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
   TS_RETURN_IF_ERROR(f.status());
 
   json chat = json::object();
-  for (const char* key : kPassThrough) {
+  for (const char* key : kChatExtras) {
     if (auto it = root.find(key); it != root.end()) chat[key] = *it;
   }
   json messages = json::array();
@@ -298,7 +259,7 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
     chat["top_logprobs"] = top_logprobs.value_or(0);
   }
   auto parsed = ParseRequestJson(Endpoint::kChat, chat, model, request_id);
-  if (!parsed.ok()) return Renamed(parsed.status());
+  if (!parsed.ok()) return RenamedField(parsed.status(), ResponsesField);
   ParsedRequest out = *std::move(parsed);
   out.endpoint = Endpoint::kResponses;
 

@@ -39,18 +39,6 @@ std::string ParamOf(const std::string& body) {
   return e["error"]["param"];
 }
 
-// (type, data) of each server-sent event.
-std::vector<std::pair<std::string, json>> TypedEvents(const std::string& sse) {
-  std::vector<std::pair<std::string, json>> out;
-  std::istringstream in(sse);
-  std::string line, type;
-  while (std::getline(in, line)) {
-    if (line.rfind("event: ", 0) == 0) type = line.substr(7);
-    if (line.rfind("data: ", 0) == 0) out.emplace_back(type, json::parse(line.substr(6)));
-  }
-  return out;
-}
-
 TEST(ResponsesParse, InputItemsBecomeChatMessages) {
   ParsedRequest r = MustParse(R"({
       "model": "m", "instructions": "Be brief.", "max_output_tokens": 40, "temperature": 0.5,

@@ -1,12 +1,14 @@
 // File: worker/server/openai_test_util.h
 // Worker messages and event parsing for the HTTP API's unit tests (openai_api_test.cc,
-// openai_responses_test.cc).
+// openai_responses_test.cc, anthropic_api_test.cc).
 #pragma once
 
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "nlohmann/json.hpp"
 #include "tinyserve/v1/tinyserve.pb.h"
 
 namespace tinyserve::openai {
@@ -51,6 +53,21 @@ inline std::vector<std::string> Events(const std::string& sse) {
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+  }
+  return out;
+}
+
+// (type, data) of each server-sent event of the typed APIs ("event: TYPE\ndata: {...}\n\n").
+inline std::vector<std::pair<std::string, nlohmann::ordered_json>> TypedEvents(
+    const std::string& sse) {
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> out;
+  std::istringstream in(sse);
+  std::string line, type;
+  while (std::getline(in, line)) {
+    if (line.rfind("event: ", 0) == 0) type = line.substr(7);
+    if (line.rfind("data: ", 0) == 0) {
+      out.emplace_back(type, nlohmann::ordered_json::parse(line.substr(6)));
+    }
   }
   return out;
 }

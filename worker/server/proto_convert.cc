@@ -212,6 +212,8 @@ v1::FinishReason ToProtoFinishReason(FinishReason reason) {
 
 void FillComplete(const RequestUsage& usage, FinishReason reason, v1::Complete* complete) {
   complete->set_finish_reason(ToProtoFinishReason(reason));
+  if (reason == FinishReason::kStopString) complete->set_stop_string(usage.stop_string);
+  if (reason == FinishReason::kStopToken) complete->set_stop_token_id(usage.stop_token_id);
   v1::Usage* u = complete->mutable_usage();
   u->set_prompt_tokens(usage.prompt_tokens);
   u->set_completion_tokens(usage.generated_tokens);
