@@ -266,11 +266,6 @@ Json AnthropicErrorBody(const absl::Status& status) {
 
 namespace {
 
-ParsedRequest AsChat(ParsedRequest r) {
-  r.endpoint = Endpoint::kChat;
-  return r;
-}
-
 absl::Status ToAbsl(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
@@ -278,7 +273,7 @@ absl::Status ToAbsl(const grpc::Status& s) {
 }  // namespace
 
 MessagesBuilder::MessagesBuilder(const ParsedRequest& request, std::string id)
-    : chat_request_(AsChat(request)), chat_(chat_request_, id, 0), id_(std::move(id)) {}
+    : chat_request_(AsChatRequest(request)), chat_(chat_request_, id, 0), id_(std::move(id)) {}
 
 size_t MessagesBuilder::MaxCalls() const {
   const json& r = chat_request_.responses;

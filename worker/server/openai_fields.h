@@ -153,6 +153,12 @@ std::string RenamePrefix(const std::string& field,
   return field;
 }
 
+// A request parsed for another API, as the chat request its builder runs on.
+inline ParsedRequest AsChatRequest(ParsedRequest r) {
+  r.endpoint = Endpoint::kChat;
+  return r;
+}
+
 // "tools[i].function.X" -> "tools[i].X" (the flat tool forms), else "".
 inline std::string FlatToolField(const std::string& field) {
   const size_t end = field.find("].function.");

@@ -198,7 +198,6 @@ std::string StatusOf(const std::string& finish) {
 absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const ServedModel& model,
                                                     const std::string& request_id) {
   TS_ASSIGN_OR_RETURN(const json root, ParseBody(body));
-  if (!root.is_object()) return Bad("body", "must be a JSON object");
   Fields f(root, "");
   const std::string kNoStore =
       "is not supported: this server stores no responses; send the whole conversation as input";
@@ -292,17 +291,8 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
   return out;
 }
 
-namespace {
-
-ParsedRequest AsChat(ParsedRequest r) {
-  r.endpoint = Endpoint::kChat;
-  return r;
-}
-
-}  // namespace
-
 ResponsesBuilder::ResponsesBuilder(const ParsedRequest& request, std::string id, int64_t created)
-    : chat_request_(AsChat(request)),
+    : chat_request_(AsChatRequest(request)),
       chat_(chat_request_, id, created),
       id_(std::move(id)),
       created_(created) {}
