@@ -755,12 +755,9 @@ void GrammarConstraint::AllowedTokens(int vocab, std::vector<uint8_t>* allowed) 
     // One walk per open parse (a token is allowed when some parse takes it, as llama.cpp
     // matches), each skipping the tokens an earlier parse allowed: when many parses take the
     // same tokens, those are walked once instead of once per parse at every byte.
-    allowed->assign(vocab, 0);
-    const int n = std::min<int>(vocab, static_cast<int>(table_->kind.size()));
-    for (int id = 0; id < n; ++id) {
-      if (table_->kind[id] == TokenTable::kEnd) (*allowed)[id] = Complete();
-    }
-    for (size_t i = 0; i < stacks_.size() && scan_left_ > 1; ++i) {
+    levels_[0].stacks = &OneParse(0);
+    ScanTokenTable(*table_, vocab, Complete(), step, can_end, allowed);
+    for (size_t i = 1; i < stacks_.size() && scan_left_ > 1; ++i) {
       levels_[0].stacks = &OneParse(i);
       ScanTokenTable</*kAccumulate=*/true>(*table_, vocab, false, step, can_end, allowed);
     }
