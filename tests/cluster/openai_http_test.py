@@ -33,7 +33,8 @@ Cases (one CTest entry each, -k test_NAME):
                           with a Pydantic model; a function tool's call item and the
                           conversation continued with its output; 400s naming the field
   anthropic_messages      SmolLM2-135M-Instruct: Anthropic's Messages API (/v1/messages) through
-                          the anthropic client: the same greedy text and token counts as chat,
+                          the anthropic client: the same greedy text and token counts as chat
+                          (count_tokens and /tokenize's chat form count the same prompt),
                           streamed through the client's accumulator, a stop sequence named as
                           the stop (and as vLLM's stop_reason in chat), a forced tool_use and
                           the turn after its tool_result, errors in Anthropic's shape
@@ -633,6 +634,15 @@ class OpenAiHttpTest(cl.ClusterCase):
                          else "end_turn")
         self.assertEqual(msg.usage.input_tokens, chat.usage.prompt_tokens)
         self.assertEqual(msg.usage.output_tokens, chat.usage.completion_tokens)
+        # Counting the prompt's tokens without generating: Anthropic's count_tokens and vLLM's
+        # chat form of /tokenize both give the prompt the generation had.
+        counted = claude.messages.count_tokens(model="m", system=system,
+                                               messages=[{"role": "user", "content": question}])
+        self.assertEqual(counted.input_tokens, msg.usage.input_tokens)
+        status, tok = post(r.http_port, "/tokenize", {"messages": [
+            {"role": "system", "content": system}, {"role": "user", "content": question}]})
+        self.assertEqual(status, 200, tok)
+        self.assertEqual(tok["count"], chat.usage.prompt_tokens)
 
         # Streamed through the client's accumulator: the same text and usage.
         with claude.messages.stream(model="m", max_tokens=48, extra_body=GREEDY, system=system,

@@ -189,7 +189,7 @@ std::string MessagesField(const std::string& field) {
 }  // namespace
 
 absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body, const ServedModel& model,
-                                                   const std::string& request_id) {
+                                                   const std::string& request_id, bool count_only) {
   TS_ASSIGN_OR_RETURN(const json root, ParseBody(body));
   Fields f(root, "");
   const std::optional<int64_t> max_tokens =
@@ -214,7 +214,7 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body, const 
     }
   }
   TS_RETURN_IF_ERROR(f.status());
-  if (!max_tokens.has_value()) return Bad("max_tokens", "is required");
+  if (!max_tokens.has_value() && !count_only) return Bad("max_tokens", "is required");
 
   json chat = json::object();
   for (const char* key : kChatExtras) {
@@ -225,7 +225,7 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body, const 
   chat["messages"] = std::move(messages);
   TS_RETURN_IF_ERROR(Tools(root, &chat));
   TS_RETURN_IF_ERROR(OutputConfig(root, &chat));
-  chat["max_completion_tokens"] = *max_tokens;
+  if (max_tokens.has_value()) chat["max_completion_tokens"] = *max_tokens;
   if (!stop.empty()) chat["stop"] = std::move(stop);
   auto parsed = ParseRequestJson(Endpoint::kChat, chat, model, request_id);
   if (!parsed.ok()) return RenamedField(parsed.status(), MessagesField);

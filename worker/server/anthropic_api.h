@@ -30,9 +30,11 @@
 namespace tinyserve::openai {
 
 // Parses and checks a /v1/messages body into one chat call (endpoint kMessages; what the
-// builder needs in ParsedRequest::responses).
+// builder needs in ParsedRequest::responses). count_only: a /v1/messages/count_tokens body,
+// which has no max_tokens.
 absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body, const ServedModel& model,
-                                                   const std::string& request_id);
+                                                   const std::string& request_id,
+                                                   bool count_only = false);
 
 // Anthropic's error object for a status.
 Json AnthropicErrorBody(const absl::Status& status);

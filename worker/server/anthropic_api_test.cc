@@ -112,6 +112,10 @@ TEST(MessagesParse, BlocksBecomeChatMessages) {
 TEST(MessagesParse, ErrorsNameAnthropicFields) {
   const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
   EXPECT_EQ(FieldOf("{" + user + "}"), "max_tokens");
+  // count_tokens bodies have none.
+  auto counted = ParseMessagesRequest("{" + user + "}", kModel, "req", /*count_only=*/true);
+  ASSERT_TRUE(counted.ok()) << counted.status();
+  EXPECT_EQ(counted->calls[0].chat().messages(0).content(), "x");
   EXPECT_EQ(FieldOf(R"({"max_tokens": 0, )" + user + "}"), "max_tokens");
   EXPECT_EQ(FieldOf(R"({"max_tokens": 5})"), "messages");
   EXPECT_EQ(FieldOf(R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})"),

@@ -341,6 +341,7 @@ int HttpFrontend::Route(mg_connection* conn) {
       {"/v1/chat/completions", "POST", "chat_completions", false, &HttpFrontend::ChatCompletions},
       {"/v1/responses", "POST", "responses", false, &HttpFrontend::Responses},
       {"/v1/messages", "POST", "messages", false, &HttpFrontend::Messages},
+      {"/v1/messages/count_tokens", "POST", "count_tokens", false, &HttpFrontend::CountTokens},
       {"/v1/models", "GET", "models", false, &HttpFrontend::Models},
       {"/v1/embeddings", "POST", "embeddings", false, &HttpFrontend::Embeddings},
       {"/v1/load_lora_adapter", "POST", "load_lora_adapter", false, &HttpFrontend::LoadLoraAdapter},
@@ -680,28 +681,64 @@ int HttpFrontend::LoraAdapterCall(mg_connection* conn, const std::string& body, 
 int HttpFrontend::Tokenize(mg_connection* conn, const std::string& body) {
   auto j = openai::ParseBody(body);
   if (!j.ok()) return SendError(conn, j.status());
-  auto prompt = j->find("prompt");
-  if (prompt == j->end() || !prompt->is_string()) {
-    return SendError(conn,
-                     grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompt: must be a string"),
-                     "prompt");
-  }
   v1::TokenizeRequest req;
-  req.set_text(prompt->get<std::string>());
-  req.set_parse_special_tokens(true);  // as the completions route tokenizes
-  if (auto add = j->find("add_special_tokens"); add != j->end() && add->is_boolean()) {
-    req.set_add_special_tokens(add->get<bool>());
+  if (j->contains("messages")) {
+    // vLLM's chat form: the prompt a chat completion with these fields would have (messages,
+    // tools, add_generation_prompt, continue_final_message), parsed as that route parses them.
+    auto model = Model();
+    if (!model.ok()) return SendError(conn, model.status());
+    auto chat = openai::ParseRequestJson(openai::Endpoint::kChat, *j, *model, "tokenize");
+    if (!chat.ok()) return SendError(conn, chat.status());
+    *req.mutable_chat() = chat->calls.front().chat();
+  } else {
+    auto prompt = j->find("prompt");
+    if (prompt == j->end() || !prompt->is_string()) {
+      return SendError(conn,
+                       grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "prompt: must be a string (or give chat \"messages\")"),
+                       "prompt");
+    }
+    req.set_text(prompt->get<std::string>());
+    req.set_parse_special_tokens(true);  // as the completions route tokenizes
+    if (auto add = j->find("add_special_tokens"); add != j->end() && add->is_boolean()) {
+      req.set_add_special_tokens(add->get<bool>());
+    }
   }
-  grpc::ClientContext ctx;
-  PrepareUnary(&ctx, options_.api_key);
   v1::TokenizeResponse resp;
-  if (grpc::Status s = stub_->Tokenize(&ctx, req, &resp); !s.ok()) return SendError(conn, s);
+  if (grpc::Status s = TokenizeCall(req, &resp); !s.ok()) return SendError(conn, s);
   auto model = Model();
   json out = {
       {"tokens", json(std::vector<int32_t>(resp.token_ids().begin(), resp.token_ids().end()))},
       {"count", resp.token_ids_size()},
       {"max_model_len", model.ok() ? model->max_context : 0}};
   return SendBody(conn, 200, Dump(out));
+}
+
+grpc::Status HttpFrontend::TokenizeCall(const v1::TokenizeRequest& req,
+                                        v1::TokenizeResponse* resp) {
+  grpc::ClientContext ctx;
+  PrepareUnary(&ctx, options_.api_key);
+  return stub_->Tokenize(&ctx, req, resp);
+}
+
+int HttpFrontend::CountTokens(mg_connection* conn, const std::string& body) {
+  // Anthropic's /v1/messages/count_tokens: the input tokens a /v1/messages call with this body
+  // would have (no max_tokens needed).
+  auto fail = [&](const absl::Status& st) {
+    return SendBody(conn, openai::HttpStatusOf(static_cast<grpc::StatusCode>(st.code())),
+                    Dump(openai::AnthropicErrorBody(st)));
+  };
+  auto model = Model();
+  if (!model.ok()) return fail(model.status());
+  auto parsed = openai::ParseMessagesRequest(body, *model, "count_tokens", /*count_only=*/true);
+  if (!parsed.ok()) return fail(parsed.status());
+  v1::TokenizeRequest req;
+  *req.mutable_chat() = parsed->calls.front().chat();
+  v1::TokenizeResponse resp;
+  if (grpc::Status s = TokenizeCall(req, &resp); !s.ok()) {
+    return fail(absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message()));
+  }
+  return SendBody(conn, 200, Dump({{"input_tokens", resp.token_ids_size()}}));
 }
 
 int HttpFrontend::Detokenize(mg_connection* conn, const std::string& body) {

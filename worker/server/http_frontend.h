@@ -93,12 +93,16 @@ class HttpFrontend {
   int ChatCompletions(mg_connection* conn, const std::string& body);
   int Responses(mg_connection* conn, const std::string& body);
   int Messages(mg_connection* conn, const std::string& body);
+  int CountTokens(mg_connection* conn, const std::string& body);
   int Models(mg_connection* conn, const std::string& body);
   int Embeddings(mg_connection* conn, const std::string& body);
   int LoadLoraAdapter(mg_connection* conn, const std::string& body);
   int UnloadLoraAdapter(mg_connection* conn, const std::string& body);
   int LoraAdapterCall(mg_connection* conn, const std::string& body, bool load);
   int Tokenize(mg_connection* conn, const std::string& body);
+  // One Tokenize call on the process's gRPC server.
+  grpc::Status TokenizeCall(const tinyserve::v1::TokenizeRequest& req,
+                            tinyserve::v1::TokenizeResponse* resp);
   int Detokenize(mg_connection* conn, const std::string& body);
   int Health(mg_connection* conn, const std::string& body);
   int Version(mg_connection* conn, const std::string& body);

@@ -118,6 +118,29 @@ absl::StatusOr<std::vector<GenerateRequest>> ToEngineEmbedRequests(
   return out;
 }
 
+absl::StatusOr<std::vector<int32_t>> EncodeChat(const v1::ChatMessages& chat,
+                                                const Tokenizer& tokenizer) {
+  const auto& messages = chat.messages();
+  if (messages.empty()) return absl::InvalidArgumentError("chat.messages: prompt is empty");
+  std::vector<ChatMessage> list;
+  for (int i = 0; i < messages.size(); ++i) {
+    if (messages[i].role().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("chat.messages[", i, "].role is empty"));
+    }
+    list.push_back({messages[i].role(), messages[i].content(), messages[i].tool_calls_json(),
+                    messages[i].tool_call_id()});
+  }
+  const bool continue_final = chat.continue_final_message();
+  absl::StatusOr<std::string> rendered =
+      RenderChat(tokenizer.data(), list,
+                 chat.has_add_generation_prompt() ? chat.add_generation_prompt() : !continue_final,
+                 chat.tools_json(), continue_final);
+  if (!rendered.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("chat.messages: ", rendered.status().message()));
+  }
+  return tokenizer.Encode(*rendered, /*parse_special=*/true, /*add_bos=*/false);
+}
+
 absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                 const Tokenizer& tokenizer,
                                                 const SelectionSpec& default_selection,
@@ -141,27 +164,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
       break;
     }
     case v1::GenerateRequest::kChat: {
-      const auto& messages = request.chat().messages();
-      if (messages.empty()) return absl::InvalidArgumentError("chat.messages: prompt is empty");
-      std::vector<ChatMessage> chat;
-      for (int i = 0; i < messages.size(); ++i) {
-        if (messages[i].role().empty()) {
-          return absl::InvalidArgumentError(absl::StrCat("chat.messages[", i, "].role is empty"));
-        }
-        chat.push_back({messages[i].role(), messages[i].content(), messages[i].tool_calls_json(),
-                        messages[i].tool_call_id()});
-      }
-      const bool continue_final = request.chat().continue_final_message();
-      absl::StatusOr<std::string> rendered = RenderChat(
-          tokenizer.data(), chat,
-          request.chat().has_add_generation_prompt() ? request.chat().add_generation_prompt()
-                                                     : !continue_final,
-          request.chat().tools_json(), continue_final);
-      if (!rendered.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("chat.messages: ", rendered.status().message()));
-      }
-      out.prompt_ids = tokenizer.Encode(*rendered, /*parse_special=*/true, /*add_bos=*/false);
+      TS_ASSIGN_OR_RETURN(out.prompt_ids, EncodeChat(request.chat(), tokenizer));
       break;
     }
     default:

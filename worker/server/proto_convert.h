@@ -17,6 +17,12 @@ namespace tinyserve {
 // Builds the engine request (prompt tokenized, defaults applied; request_id and deadline are
 // left to the caller). default_selection: the server's policy, which set fields override.
 // loras: the loaded adapters, which lora_adapter names.
+// A conversation's prompt tokens: the model's chat template's rendering, tokenized with special
+// tokens parsed and no BOS added (the template writes its own). INVALID_ARGUMENT naming
+// "chat.messages" when it is empty or the template refuses it.
+absl::StatusOr<std::vector<int32_t>> EncodeChat(const tinyserve::v1::ChatMessages& chat,
+                                                const Tokenizer& tokenizer);
+
 absl::StatusOr<GenerateRequest> ToEngineRequest(const tinyserve::v1::GenerateRequest& request,
                                                 const Tokenizer& tokenizer,
                                                 const SelectionSpec& default_selection,

@@ -11,6 +11,7 @@
 #include "worker/server/block_hash.h"
 #include "worker/server/embed_reactor.h"
 #include "worker/server/generate_reactor.h"
+#include "worker/server/proto_convert.h"
 #include "worker/server/rpc_security.h"
 #include "worker/server/status_convert.h"
 
@@ -89,8 +90,16 @@ grpc::ServerUnaryReactor* TinyServeService::Tokenize(grpc::CallbackServerContext
     return FinishNow(context, s);
   }
   const Tokenizer& tok = state_->engine->tokenizer();
-  const bool add_bos = request->has_add_special_tokens() ? request->add_special_tokens() : true;
-  for (int32_t id : tok.Encode(request->text(), request->parse_special_tokens(), add_bos)) {
+  std::vector<int32_t> ids;
+  if (request->chat().messages_size() > 0) {
+    absl::StatusOr<std::vector<int32_t>> chat = EncodeChat(request->chat(), tok);
+    if (!chat.ok()) return FinishNow(context, ToGrpcStatus(chat.status()));
+    ids = *std::move(chat);
+  } else {
+    const bool add_bos = request->has_add_special_tokens() ? request->add_special_tokens() : true;
+    ids = tok.Encode(request->text(), request->parse_special_tokens(), add_bos);
+  }
+  for (int32_t id : ids) {
     response->add_token_ids(id);
     response->add_tokens(SanitizeUtf8(tok.TokenBytes(id)));
   }
