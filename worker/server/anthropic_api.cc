@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_nesting.h"
 #include "common/status.h"
 #include "worker/server/openai_fields.h"
 
@@ -282,7 +283,12 @@ size_t MessagesBuilder::MaxCalls() const {
 
 Json MessagesBuilder::ToolUse(const json& call) const {
   const std::string call_id = call["id"].get<std::string>();
-  json input = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+  // The arguments are the model's output (held to a schema, or parsed from a tool-call block):
+  // bounded before parsing as every untrusted text is.
+  const std::string& arguments = call["function"]["arguments"].get_ref<const std::string&>();
+  json input = JsonAffordable(arguments, kMaxJsonDepth)
+                   ? json::parse(arguments, nullptr, /*allow_exceptions=*/false)
+                   : json(nullptr);
   if (input.is_discarded() || !input.is_object()) input = json::object();
   return {{"type", "tool_use"},
           {"id", absl::StrCat("toolu_", call_id.substr(call_id.find('_') + 1))},
