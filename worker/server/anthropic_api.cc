@@ -9,6 +9,7 @@
 #include "common/json_nesting.h"
 #include "common/status.h"
 #include "worker/server/openai_fields.h"
+#include "worker/server/status_convert.h"
 
 namespace tinyserve::openai {
 namespace {
@@ -267,9 +268,6 @@ Json AnthropicErrorBody(const absl::Status& status) {
 
 namespace {
 
-absl::Status ToAbsl(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 }  // namespace
 
@@ -422,7 +420,7 @@ std::string MessagesBuilder::OnFailure(int index, const grpc::Status& status) {
   failure_ = status;
   if (!chat_request_.stream) return "";
   Start();
-  Emit("error", {{"error", AnthropicErrorBody(ToAbsl(status))["error"]}});
+  Emit("error", {{"error", AnthropicErrorBody(ToAbslStatus(status))["error"]}});
   return Flush();
 }
 

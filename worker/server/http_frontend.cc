@@ -25,6 +25,7 @@
 #include "worker/server/anthropic_api.h"
 #include "worker/server/openai_responses.h"
 #include "worker/server/rpc_security.h"
+#include "worker/server/status_convert.h"
 #include "worker/server/tracing.h"
 
 namespace tinyserve {
@@ -140,6 +141,12 @@ int SendError(mg_connection* conn, const grpc::Status& status,
 int SendError(mg_connection* conn, const absl::Status& status) {
   const int http = openai::HttpStatusOf(static_cast<grpc::StatusCode>(status.code()));
   return SendBody(conn, http, Dump(openai::ErrorBody(status)));
+}
+
+// The same in the shape of Anthropic's API (/v1/messages).
+int SendAnthropicError(mg_connection* conn, const absl::Status& status) {
+  const int http = openai::HttpStatusOf(static_cast<grpc::StatusCode>(status.code()));
+  return SendBody(conn, http, Dump(openai::AnthropicErrorBody(status)));
 }
 
 int SendError(mg_connection* conn, int http, const std::string& message, const char* type) {
@@ -290,7 +297,8 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   TS_LOG(INFO)
       << "OpenAI-compatible " << (https ? "HTTPS" : "HTTP") << " API on " << options.host << ":"
       << f->port_
-      << " (/v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings, /v1/models)";
+      << " (/v1/completions, /v1/chat/completions, /v1/responses, /v1/messages, /v1/embeddings,"
+         " /v1/models)";
   return f;
 }
 
@@ -425,8 +433,8 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
       model_fetched_ = NowSeconds();
       return *model_;
     }
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("model info: ", s.error_message()));
+    return ToAbslStatus(
+        grpc::Status(s.error_code(), absl::StrCat("model info: ", s.error_message())));
   }
   openai::ServedModel m;
   m.name = info.name().empty() ? info.path() : info.name();
@@ -466,9 +474,7 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
   // Anthropic's route answers errors in Anthropic's shape.
   const bool anthropic = endpoint == openai::Endpoint::kMessages;
   auto fail = [&](const absl::Status& st) {
-    if (!anthropic) return SendError(conn, st);
-    return SendBody(conn, openai::HttpStatusOf(static_cast<grpc::StatusCode>(st.code())),
-                    Dump(openai::AnthropicErrorBody(st)));
+    return anthropic ? SendAnthropicError(conn, st) : SendError(conn, st);
   };
   auto model = Model();
   if (!model.ok()) return fail(model.status());
@@ -544,9 +550,8 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
   }
   if (client_gone) return 499;
   if (failure.has_value() && !headers_sent) {
-    if (!anthropic) return SendError(conn, *failure);
-    return fail(absl::Status(static_cast<absl::StatusCode>(failure->error_code()),
-                             failure->error_message()));
+    // The gRPC form keeps the field a worker's message names as "param".
+    return anthropic ? SendAnthropicError(conn, ToAbslStatus(*failure)) : SendError(conn, *failure);
   }
   if (parsed->stream) {
     if (!headers_sent) mg_send_http_ok(conn, "text/event-stream", -1);
@@ -724,19 +729,15 @@ grpc::Status HttpFrontend::TokenizeCall(const v1::TokenizeRequest& req,
 int HttpFrontend::CountTokens(mg_connection* conn, const std::string& body) {
   // Anthropic's /v1/messages/count_tokens: the input tokens a /v1/messages call with this body
   // would have (no max_tokens needed).
-  auto fail = [&](const absl::Status& st) {
-    return SendBody(conn, openai::HttpStatusOf(static_cast<grpc::StatusCode>(st.code())),
-                    Dump(openai::AnthropicErrorBody(st)));
-  };
   auto model = Model();
-  if (!model.ok()) return fail(model.status());
+  if (!model.ok()) return SendAnthropicError(conn, model.status());
   auto parsed = openai::ParseMessagesRequest(body, *model, "count_tokens", /*count_only=*/true);
-  if (!parsed.ok()) return fail(parsed.status());
+  if (!parsed.ok()) return SendAnthropicError(conn, parsed.status());
   v1::TokenizeRequest req;
   *req.mutable_chat() = parsed->calls.front().chat();
   v1::TokenizeResponse resp;
   if (grpc::Status s = TokenizeCall(req, &resp); !s.ok()) {
-    return fail(absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message()));
+    return SendAnthropicError(conn, ToAbslStatus(s));
   }
   return SendBody(conn, 200, Dump({{"input_tokens", resp.token_ids_size()}}));
 }
