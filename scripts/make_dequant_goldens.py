@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the dequantizer golden files under tests/golden/dequant/ using the `gguf` package.
 
-For each type T of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K:
+For each type T of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, Q2_K, Q3_K, Q5_K,
+IQ4_NL, IQ4_XS:
   T.blocks        the raw block bytes of 512 elements, as stored in a GGUF file
   T.dequant.f32   gguf.quants.dequantize of those bytes: 512 little-endian float32
 and once:
@@ -9,8 +10,9 @@ and once:
 
 The inputs are deterministic (numpy default_rng, seed 20240601): mostly N(0, 1) scaled per block,
 plus an all-zero block (d = 0), a block of one repeated value (max == min) and a block with
-one large outlier. gguf has no quantizer for the K-quants, so their blocks are random bytes
-with valid, finite fp16 scales; the dequantizer sees every code path all the same.
+one large outlier. gguf has no quantizer for the K-quants and IQ4 types, so their blocks are
+random bytes with valid, finite fp16 scales; the dequantizer sees every code path all the same.
+(Types added later draw from the generator after the earlier ones, so earlier files do not change.)
 
 Run from the repository root:  .venv/bin/python scripts/make_dequant_goldens.py
 The C++ side is kernels/cpu/dequant_test.cc.
@@ -62,6 +64,36 @@ def make_q6_k(rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([ql, qh, scales, d], axis=1).reshape(-1)
 
 
+def random_k_block(rng: np.random.Generator, parts) -> np.ndarray:
+    """Blocks of N // 256 super-blocks laid out as parts: ("bytes", n) random bytes or
+    ("f16", lo, hi) one random fp16 scale."""
+    nb = N // 256
+    cols = []
+    for part in parts:
+        if part[0] == "bytes":
+            cols.append(rng.integers(0, 256, (nb, part[1]), dtype=np.uint8))
+        else:
+            cols.append(random_fp16_scale(rng, nb, part[1], part[2]))
+    return np.concatenate(cols, axis=1).reshape(-1)
+
+
+# Super-block layouts (ggml-common.h): the order of the fields is the order in the block.
+LATER_TYPES = [
+    (T.Q2_K, [("bytes", 16), ("bytes", 64), ("f16", 1e-3, 5e-2), ("f16", 1e-3, 5e-2)]),
+    (T.Q3_K, [("bytes", 32), ("bytes", 64), ("bytes", 12), ("f16", 1e-3, 5e-2)]),
+    (T.Q5_K, [("f16", 1e-3, 5e-2), ("f16", 1e-3, 5e-2), ("bytes", 12), ("bytes", 32),
+              ("bytes", 128)]),
+    (T.IQ4_XS, [("f16", 1e-4, 1e-2), ("bytes", 2), ("bytes", 4), ("bytes", 128)]),
+]
+
+
+def make_iq4_nl(rng: np.random.Generator) -> np.ndarray:
+    nb = N // 32
+    d = random_fp16_scale(rng, nb, 1e-4, 1e-2)
+    qs = rng.integers(0, 256, (nb, 16), dtype=np.uint8)
+    return np.concatenate([d, qs], axis=1).reshape(-1)
+
+
 def main() -> int:
     rng = np.random.default_rng(SEED)
     x = make_input(rng)
@@ -73,6 +105,9 @@ def main() -> int:
         write(qtype, blocks)
     write(T.Q4_K, make_q4_k(rng))
     write(T.Q6_K, make_q6_k(rng))
+    for qtype, parts in LATER_TYPES:
+        write(qtype, random_k_block(rng, parts))
+    write(T.IQ4_NL, make_iq4_nl(rng))
     return 0
 
 

@@ -55,11 +55,13 @@ def prompt_logprobs(llm, ids):
     return log_softmax(np.array(llm.scores[: len(ids)], dtype=np.float64))
 
 
-def run(lora_path):
+def run(lora_path, model=MODEL):
+    """Prompt logprobs of TEXTS and greedy tokens after PROMPTS, by llama.cpp on `model` (with
+    the adapter at lora_path, if any). Also used by scripts/make_kquant_goldens.py."""
     kw = {"lora_path": lora_path} if lora_path else {}
-    llm = Llama(model_path=MODEL, n_ctx=512, n_threads=2, logits_all=True, verbose=False,
+    llm = Llama(model_path=model, n_ctx=512, n_threads=2, logits_all=True, verbose=False,
                 seed=0, n_batch=512, flash_attn=False, **kw)
-    one = Llama(model_path=MODEL, n_ctx=512, n_threads=2, logits_all=True, verbose=False,
+    one = Llama(model_path=model, n_ctx=512, n_threads=2, logits_all=True, verbose=False,
                 seed=0, n_batch=1, n_ubatch=1, flash_attn=False, **kw)
     texts = []
     for text in TEXTS:

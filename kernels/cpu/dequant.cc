@@ -72,17 +72,6 @@ void DequantQ8_0(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
 }
 
-// Q4_K: 6-bit scale and min of sub-block j, unpacked from scales[12].
-inline void ScaleMinK4(int j, const uint8_t* s, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *mn = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 void DequantQ4_K(const uint8_t* b, float* y) {
   const float d = LoadF16(b), dmin = LoadF16(b + 2);
   const uint8_t* scales = b + 4;
@@ -119,6 +108,93 @@ void DequantQ6_K(const uint8_t* b, float* y) {
       out[l + 32] = d * s_[i + 2] * q2;
       out[l + 64] = d * s_[i + 4] * q3;
       out[l + 96] = d * s_[i + 6] * q4;
+    }
+  }
+}
+
+void DequantQ2_K(const uint8_t* b, float* y) {
+  const uint8_t* scales = b;
+  const uint8_t* q = b + 16;
+  const float d = LoadF16(b + 80), dmin = LoadF16(b + 82);
+  int is = 0;
+  for (int n = 0; n < 2; ++n, q += 32) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int half = 0; half < 2; ++half, ++is) {
+        const float dl = d * static_cast<float>(scales[is] & 0xF);
+        const float ml = dmin * static_cast<float>(scales[is] >> 4);
+        for (int l = 0; l < 16; ++l)
+          *y++ = dl * static_cast<float>((q[16 * half + l] >> shift) & 3) - ml;
+      }
+    }
+  }
+}
+
+void DequantQ3_K(const uint8_t* b, float* y) {
+  const uint8_t* hmask = b;
+  const uint8_t* q = b + 32;
+  const uint8_t* s = b + 96;
+  const float d = LoadF16(b + 108);
+  // 16 6-bit scales: low nibbles in s[0..7] (sub-blocks 0-7 low, 8-15 high), top two bits in
+  // s[8..11] (sub-block j's at bits 2·(j / 4) of s[8 + j % 4]).
+  int scales[16];
+  for (int j = 0; j < 16; ++j)
+    scales[j] =
+        (((s[j % 8] >> (4 * (j / 8))) & 0xF) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+  int is = 0, bit = 0;
+  for (int n = 0; n < 2; ++n, q += 32) {
+    for (int shift = 0; shift < 8; shift += 2, ++bit) {
+      for (int half = 0; half < 2; ++half, ++is) {
+        const float dl = d * static_cast<float>(scales[is]);
+        for (int l = 0; l < 16; ++l) {
+          const int i = 16 * half + l;
+          const int v = ((q[i] >> shift) & 3) - (((hmask[i] >> bit) & 1) ? 0 : 4);
+          *y++ = dl * static_cast<float>(v);
+        }
+      }
+    }
+  }
+}
+
+void DequantQ5_K(const uint8_t* b, float* y) {
+  const float d = LoadF16(b), dmin = LoadF16(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* ql = b + 48;
+  for (int c = 0; c < 4; ++c, ql += 32) {
+    int sc0, m0, sc1, m1;
+    ScaleMinK4(2 * c, scales, &sc0, &m0);
+    ScaleMinK4(2 * c + 1, scales, &sc1, &m1);
+    const float d0 = d * sc0, mm0 = dmin * m0, d1 = d * sc1, mm1 = dmin * m1;
+    for (int l = 0; l < 32; ++l) {
+      const int lo = (ql[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4);
+      const int hi = (ql[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+      y[64 * c + l] = d0 * static_cast<float>(lo) - mm0;
+      y[64 * c + 32 + l] = d1 * static_cast<float>(hi) - mm1;
+    }
+  }
+}
+
+void DequantIQ4_NL(const uint8_t* b, float* y) {
+  const float d = LoadF16(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4nlValues[qs[j] & 0xF]);
+    y[j + 16] = d * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
+  }
+}
+
+void DequantIQ4_XS(const uint8_t* b, float* y) {
+  const float d = LoadF16(b);
+  const uint16_t scales_h = LoadU16(b + 2);
+  const uint8_t* scales_l = b + 4;
+  const uint8_t* qs = b + 8;
+  for (int ib = 0; ib < 8; ++ib, qs += 16, y += 32) {
+    const int ls =
+        ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * static_cast<float>(kIq4nlValues[qs[j] & 0xF]);
+      y[j + 16] = dl * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
     }
   }
 }
@@ -163,6 +239,21 @@ absl::Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n
       break;
     case GgmlType::kQ6_K:
       for (int64_t i = 0; i < nb; ++i) DequantQ6_K(p + 210 * i, dst + 256 * i);
+      break;
+    case GgmlType::kQ2_K:
+      for (int64_t i = 0; i < nb; ++i) DequantQ2_K(p + 84 * i, dst + 256 * i);
+      break;
+    case GgmlType::kQ3_K:
+      for (int64_t i = 0; i < nb; ++i) DequantQ3_K(p + 110 * i, dst + 256 * i);
+      break;
+    case GgmlType::kQ5_K:
+      for (int64_t i = 0; i < nb; ++i) DequantQ5_K(p + 176 * i, dst + 256 * i);
+      break;
+    case GgmlType::kIQ4_NL:
+      for (int64_t i = 0; i < nb; ++i) DequantIQ4_NL(p + 18 * i, dst + 32 * i);
+      break;
+    case GgmlType::kIQ4_XS:
+      for (int64_t i = 0; i < nb; ++i) DequantIQ4_XS(p + 136 * i, dst + 256 * i);
       break;
     case GgmlType::kQ8_1:
       return absl::InvalidArgumentError("dequantize: Q8_1 is an activation type");

@@ -1,6 +1,7 @@
 // File: kernels/cpu/dequant.h
 // Dequantizers: ggml blocks to float32, one row (or any whole number of blocks) at a time.
-// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K (layouts in
+// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL
+// and IQ4_XS (layouts in
 // shared/reference/model-formats.md §4). Each is checked against reference values from the
 // `gguf` Python package (tests/golden/dequant/, made by scripts/make_dequant_goldens.py).
 //
@@ -15,6 +16,21 @@
 #include "kernels/cpu/ggml_types.h"
 
 namespace tinyserve {
+
+// IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// Q4_K's and Q5_K's 6-bit scale and min of sub-block j (0..7), unpacked from scales[12].
+inline void ScaleMinK4(int j, const uint8_t* s, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
 
 // Writes n floats to dst from the blocks at src. InvalidArgument if the type is unsupported
 // or n is not a multiple of its block size.

@@ -76,7 +76,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{GgmlType::kBF16, "BF16"}, Case{GgmlType::kQ8_0, "Q8_0"},
                       Case{GgmlType::kQ4_0, "Q4_0"}, Case{GgmlType::kQ4_1, "Q4_1"},
                       Case{GgmlType::kQ5_0, "Q5_0"}, Case{GgmlType::kQ5_1, "Q5_1"},
-                      Case{GgmlType::kQ4_K, "Q4_K"}, Case{GgmlType::kQ6_K, "Q6_K"}),
+                      Case{GgmlType::kQ4_K, "Q4_K"}, Case{GgmlType::kQ6_K, "Q6_K"},
+                      Case{GgmlType::kQ2_K, "Q2_K"}, Case{GgmlType::kQ3_K, "Q3_K"},
+                      Case{GgmlType::kQ5_K, "Q5_K"}, Case{GgmlType::kIQ4_NL, "IQ4_NL"},
+                      Case{GgmlType::kIQ4_XS, "IQ4_XS"}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 using QuantizeFn = void (*)(const float*, void*, int64_t);

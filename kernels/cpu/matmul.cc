@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/quant_kernels.h"
+#include "kernels/cpu/weight_convert.h"
 #include "kernels/cpu/weight_layout.h"
 
 namespace tinyserve {
@@ -120,6 +121,14 @@ absl::StatusOr<Matrix> PrepareMatrix(Matrix m) {
       return RepackEnabled() ? RepackToSplit(m) : m;
     default:
       break;
+  }
+  const GgmlType to = ConvertedType(m.type);
+  if (to != m.type && WeightConversionEnabled()) {
+    Matrix out = Owned(to, m.rows, m.cols);
+    bool ok = true;
+    for (int64_t r = 0; r < m.rows && ok; ++r)
+      ok = ConvertRow(m.type, m.Row(r), out.storage->data() + r * out.row_bytes, m.cols);
+    if (ok) return RepackEnabled() ? RepackToSplit(out) : out;
   }
   Matrix out = Owned(GgmlType::kF32, m.rows, m.cols);
   for (int64_t r = 0; r < m.rows; ++r) {

@@ -5,10 +5,12 @@
 // number of blocks of `type`, rows `row_bytes` apart. y = x·Wᵀ: output r of token t is
 // dot(W[r, :], x[t, :]). Data either points into a memory-mapped model file or is owned.
 //
-// MatMul supports F32, F16, Q4_0, Q4_1 and Q8_0 directly; PrepareMatrix converts any other
-// supported type (BF16, Q5_0, Q5_1, Q4_K, Q6_K) to F32 once at load, and repacks Q4_0, Q4_1
-// and Q8_0 into the split layout of weight_layout.h (same size; one SIMD load per four blocks)
-// unless TINYSERVE_REPACK=0. A matrix in ggml layout still works everywhere, only slower.
+// MatMul supports F32, F16, Q4_0, Q4_1 and Q8_0 directly. PrepareMatrix converts the other
+// quantized types once at load to Q8_0 or Q4_1 (weight_convert.h: Q5_0, IQ4_NL exactly; Q4_K,
+// IQ4_XS with fp16-rounded scales; Q2_K, Q3_K, Q5_K, Q6_K, Q5_1 requantized) and BF16 to F32,
+// and repacks Q4_0, Q4_1 and Q8_0 into the split layout of weight_layout.h (same size; one SIMD
+// load per four blocks) unless TINYSERVE_REPACK=0. A matrix in ggml layout still works
+// everywhere, only slower.
 //
 // How MatMul computes (the llama.cpp scheme, shared/reference/model-formats.md §11): the
 // activations are quantized once per call and token row, to Q8_0 (Q4_0 and Q8_0 weights) or Q8_1
@@ -61,7 +63,7 @@ Matrix SliceRows(const Matrix& m, int64_t r0, int64_t r1);
 // when c0 and c1 fall on block boundaries; otherwise the result is F32.
 absl::StatusOr<Matrix> SliceCols(const Matrix& m, int64_t c0, int64_t c1);
 // Converts to a type MatMul runs directly (see above) and repacks Q4_0 / Q4_1 / Q8_0 to the
-// split layout when RepackEnabled(); others pass through unchanged.
+// split layout when RepackEnabled(); F32 and F16 pass through unchanged.
 absl::StatusOr<Matrix> PrepareMatrix(Matrix m);
 // False when the environment sets TINYSERVE_REPACK=0 (read once).
 bool RepackEnabled();

@@ -5,6 +5,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -228,9 +231,13 @@ absl::Status TransformerRunner::Load(const WeightSource& src) {
   const int D = c.dim;
   const bool gpt2 = c.arch == Arch::kGpt2;
   const bool first = options_.rank == 0;
+  // Matrices per (file type, run type), for the load summary.
+  std::map<std::pair<std::string_view, std::string_view>, int> kinds;
   auto prep = [&](Matrix m) -> absl::StatusOr<Matrix> {
+    const GgmlType from = m.type;
     TS_ASSIGN_OR_RETURN(Matrix p, PrepareMatrix(std::move(m)));
     weight_bytes_ += static_cast<int64_t>(p.row_bytes) * p.rows;
+    ++kinds[{GgmlTypeName(from), GgmlTypeName(p.type)}];
     return p;
   };
   // Rows [r0, r1) of a vector, or all when it is absent and optional.
@@ -314,6 +321,14 @@ absl::Status TransformerRunner::Load(const WeightSource& src) {
       TS_ASSIGN_OR_RETURN(L.b_down, vec_slice(Blk(i, "ffn_down.bias"), D, 0, D));
     }
   }
+  // "weights 99 MiB: 211 Q4_1, 5 Q4_K->Q4_1, 5 Q6_K->Q8_0": what the products run on, and
+  // which file types were converted at load (weight_convert.h).
+  std::string summary;
+  for (const auto& [k, n] : kinds) {
+    absl::StrAppend(&summary, summary.empty() ? "" : ", ", n, " ", std::string(k.first));
+    if (k.first != k.second) absl::StrAppend(&summary, "->", std::string(k.second));
+  }
+  TS_LOG(INFO) << "weights " << weight_bytes_ / (1 << 20) << " MiB: " << summary;
   return absl::OkStatus();
 }
 
