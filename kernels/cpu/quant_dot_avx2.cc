@@ -90,9 +90,11 @@ void QuantizeActsAvx2(GgmlType wtype, const float* x, int64_t cols, uint8_t* dst
 
 namespace {
 
-// One weight row against NT token rows of activations (NT <= 4).
+// One weight row against NT token rows of activations (NT <= 4). tail: the row's last, partial
+// group (LoadTailGroup), or nullptr when nb % 4 == 0.
 template <GgmlType T, int NT>
-void RowDot(const uint8_t* row, int64_t nb, int64_t cols, const uint8_t* const* acts, float* out) {
+void RowDot(const uint8_t* row, int64_t nb, int64_t cols, const TailGroup* tail,
+            const uint8_t* const* acts, float* out) {
   constexpr bool kQ8 = T == GgmlType::kQ8_0;
   const uint8_t* dw = row + nb * (kQ8 ? 32 : 16);
   const uint8_t* mw = dw + 2 * nb;
@@ -168,11 +170,7 @@ void RowDot(const uint8_t* row, int64_t nb, int64_t cols, const uint8_t* const* 
     group(row + g * qs_group, reinterpret_cast<const uint16_t*>(dw) + 4 * g,
           reinterpret_cast<const uint16_t*>(mw) + 4 * g, g);
   }
-  if (nb % 4 != 0) {
-    TailGroup tail;
-    LoadTailGroup(T, row, nb, &tail);
-    group(tail.qs, tail.d, tail.m, full);
-  }
+  if (tail != nullptr) group(tail->qs, tail->d, tail->m, full);
   for (int t = 0; t < NT; ++t) out[t] = HSum(acc[t]);
 }
 
@@ -191,16 +189,30 @@ void GemmSplitT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
         const uint8_t* pf = row + pf_rows * w_stride;
         for (size_t off = 0; off < w_stride; off += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
       }
+      TailGroup tail_group;  // once per row, not per token quad
+      const TailGroup* tail = nullptr;
+      if (nb % 4 != 0) {
+        LoadTailGroup(T, row, nb, &tail_group);
+        tail = &tail_group;
+      }
       for (int64_t t = t0; t < t1; t += 4) {
         const uint8_t* a[4];
         float out[4];
         const int nt = static_cast<int>(std::min<int64_t>(4, t1 - t));
         for (int i = 0; i < nt; ++i) a[i] = acts + (t + i) * act_stride;
         switch (nt) {
-          case 4: RowDot<T, 4>(row, nb, cols, a, out); break;
-          case 3: RowDot<T, 3>(row, nb, cols, a, out); break;
-          case 2: RowDot<T, 2>(row, nb, cols, a, out); break;
-          default: RowDot<T, 1>(row, nb, cols, a, out); break;
+          case 4:
+            RowDot<T, 4>(row, nb, cols, tail, a, out);
+            break;
+          case 3:
+            RowDot<T, 3>(row, nb, cols, tail, a, out);
+            break;
+          case 2:
+            RowDot<T, 2>(row, nb, cols, tail, a, out);
+            break;
+          default:
+            RowDot<T, 1>(row, nb, cols, tail, a, out);
+            break;
         }
         for (int i = 0; i < nt; ++i) y[(t + i) * ldy + r] = out[i];
       }
