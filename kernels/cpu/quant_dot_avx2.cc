@@ -181,6 +181,9 @@ void GemmSplitT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
   // Prefetch about 2 KiB ahead in the weight stream (the hardware prefetcher alone leaves
   // single-thread bandwidth on the table).
   const int64_t pf_rows = std::max<int64_t>(1, 2048 / static_cast<int64_t>(w_stride));
+  TailGroup tail_group;  // the row's partial last group, loaded once per row
+  const TailGroup* tail = nb % 4 != 0 ? &tail_group : nullptr;
+  if (tail != nullptr) InitTailGroup(&tail_group);
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
     const int64_t t1 = std::min(n_tokens, t0 + kTokenBlock);
     for (int64_t r = 0; r < nrows; ++r) {
@@ -189,12 +192,7 @@ void GemmSplitT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
         const uint8_t* pf = row + pf_rows * w_stride;
         for (size_t off = 0; off < w_stride; off += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
       }
-      TailGroup tail_group;  // once per row, not per token quad
-      const TailGroup* tail = nullptr;
-      if (nb % 4 != 0) {
-        LoadTailGroup(T, row, nb, &tail_group);
-        tail = &tail_group;
-      }
+      if (tail != nullptr) LoadTailGroup(T, row, nb, &tail_group);
       for (int64_t t = t0; t < t1; t += 4) {
         const uint8_t* a[4];
         float out[4];

@@ -19,27 +19,40 @@ struct TailGroup {
   uint16_t m[4];
 };
 
-// REQUIRES: nb % 4 != 0. row is a split-layout row of nb blocks. Fixed-size copies and word
-// stores only: a memset of the struct and byte-count memcpys (rep stos, byte loops) had cost
-// ~13 % of an AVX2 prefill on SmolLM2's 18-block rows when run per row and token quad.
-inline void LoadTailGroup(GgmlType type, const uint8_t* row, int64_t nb, TailGroup* t) {
-  const int64_t g = nb / 4, gs = nb - 4 * g;
-  uint64_t* words = reinterpret_cast<uint64_t*>(t->qs);
-  for (int i = 0; i < 16; ++i) words[i] = 0;
-  uint16_t d[4] = {0, 0, 0, 0}, m[4] = {0, 0, 0, 0};
+// The copies of LoadTailGroup for a tail of GS blocks: constant sizes, so they compile to a few
+// vector moves (a loop over the blocks became a libc memcpy call per row, 8 % of an AVX2 decode).
+template <int GS>
+inline void CopyTailGroup(GgmlType type, const uint8_t* row, int64_t nb, TailGroup* t) {
+  const int64_t g = nb / 4;
   const uint8_t* dw = row + nb * (type == GgmlType::kQ8_0 ? 32 : 16);
-  for (int64_t k = 0; k < gs; ++k) {
-    if (type == GgmlType::kQ8_0) {
-      std::memcpy(t->qs + 16 * k, row + g * 128 + 16 * k, 16);
-      std::memcpy(t->qs + 64 + 16 * k, row + g * 128 + gs * 16 + 16 * k, 16);
-    } else {
-      std::memcpy(t->qs + 16 * k, row + g * 64 + 16 * k, 16);
-    }
-    std::memcpy(&d[k], dw + 8 * g + 2 * k, 2);
-    if (type == GgmlType::kQ4_1) std::memcpy(&m[k], dw + 2 * nb + 8 * g + 2 * k, 2);
+  if (type == GgmlType::kQ8_0) {
+    std::memcpy(t->qs, row + g * 128, 16 * GS);
+    std::memcpy(t->qs + 64, row + g * 128 + 16 * GS, 16 * GS);
+  } else {
+    std::memcpy(t->qs, row + g * 64, 16 * GS);
   }
-  std::memcpy(t->d, d, sizeof(d));
-  std::memcpy(t->m, m, sizeof(m));
+  std::memcpy(t->d, dw + 8 * g, 2 * GS);
+  if (type == GgmlType::kQ4_1) std::memcpy(t->m, dw + 2 * nb + 8 * g, 2 * GS);
+}
+
+// Zeroes t; once per matrix product, not per row.
+inline void InitTailGroup(TailGroup* t) { std::memset(t, 0, sizeof(*t)); }
+
+// REQUIRES: nb % 4 != 0; row is a split-layout row of nb blocks; t was zeroed by InitTailGroup
+// and since then loaded only with rows of nb blocks (each load writes the same first nb % 4
+// blocks, so the padding stays zero).
+inline void LoadTailGroup(GgmlType type, const uint8_t* row, int64_t nb, TailGroup* t) {
+  switch (nb % 4) {
+    case 1:
+      CopyTailGroup<1>(type, row, nb, t);
+      break;
+    case 2:
+      CopyTailGroup<2>(type, row, nb, t);
+      break;
+    default:
+      CopyTailGroup<3>(type, row, nb, t);
+      break;
+  }
 }
 
 }  // namespace
