@@ -620,6 +620,12 @@ void AttendCausalBlockAvx512(const float* q, int64_t q_stride, int n_rows, int n
                              float* out, int64_t out_stride);
 #endif
 
+#if defined(TINYSERVE_PREFILL_AVX2)
+void AttendCausalBlockAvx2(const float* q, int64_t q_stride, int n_rows, int n_q, int d,
+                           int64_t pos0, const KvSpan* spans, int n_spans, float scale, float* out,
+                           int64_t out_stride);
+#endif
+
 #if defined(TINYSERVE_PREFILL_AMX)
 void AttendCausalBlockAmx(const float* q, int64_t q_stride, int n_rows, int n_q, int d,
                           int64_t pos0, const KvSpan* spans, int n_spans, float scale, float* out,
@@ -651,6 +657,13 @@ void AttendCausalBlock(const float* q, int64_t q_stride, int n_rows, int n_q, in
   if (kPrefillAvx512) {
     AttendCausalBlockAvx512(q, q_stride, n_rows, n_q, head_dim, pos0, spans, n_spans, scale, out,
                             out_stride);
+    return;
+  }
+#endif
+#if defined(TINYSERVE_PREFILL_AVX2)
+  if (kSimd) {
+    AttendCausalBlockAvx2(q, q_stride, n_rows, n_q, head_dim, pos0, spans, n_spans, scale, out,
+                          out_stride);
     return;
   }
 #endif

@@ -76,8 +76,9 @@ void AttendSpansRows(const float* q, int64_t q_stride, int n_rows, int n_q, int 
 // AttendSpans gives it over its own tokens, up to summation order; the block reads the K/V once
 // for all its rows instead of once per row. Kernels: AMX (tile unit, split-bf16 products, within
 // ~1e-5 of fp32) where MatMul's path is AMX; else AVX-512 (fp32) where the CPU has it and
-// attention SIMD is on; else AttendSpans row by row. TINYSERVE_ATTENTION_ISA=avx512 stops at
-// AVX-512, =avx2 or =scalar at the row-by-row path.
+// attention SIMD is on; else AVX2 (fp32, 8-token tiles) where SIMD attention is on; else
+// AttendSpans row by row. TINYSERVE_ATTENTION_ISA=avx512 stops at AVX-512, =avx2 at AVX2, and
+// =scalar at the row-by-row plain loops.
 // REQUIRES: head_dim % 32 == 0, head_dim <= 256.
 void AttendCausalBlock(const float* q, int64_t q_stride, int n_rows, int n_q, int head_dim,
                        int64_t pos0, const KvSpan* spans, int n_spans, float scale, float* out,
