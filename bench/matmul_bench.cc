@@ -51,7 +51,20 @@ Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, bool split, uint32_
         break;
       case GgmlType::kQ4_0: QuantizeRowQ4_0(src, dst, cols); break;
       case GgmlType::kQ4_1: QuantizeRowQ4_1(src, dst, cols); break;
-      default: QuantizeRowQ8_0(src, dst, cols); break;
+      case GgmlType::kQ8_0:
+        QuantizeRowQ8_0(src, dst, cols);
+        break;
+      default: {  // Q5_0, Q5_1, IQ4_NL: random codes (no reference quantizer), scale 1/16
+        const int bb = GetGgmlTypeInfo(type)->block_bytes;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          for (int j = 0; j < bb; ++j)
+            dst[bb * b + j] = static_cast<uint8_t>((src[32 * b + j % 32] + 1) * 127.5f);
+          const uint16_t d = FloatToFp16(1.0f / 16), m = FloatToFp16(-1.0f);
+          std::memcpy(dst + bb * b, &d, 2);
+          if (type == GgmlType::kQ5_1) std::memcpy(dst + bb * b + 2, &m, 2);
+        }
+        break;
+      }
     }
   }
   Matrix m = MatrixView(type, rows, cols, bytes->data());
@@ -146,9 +159,10 @@ void RegisterAll() {
     int64_t rows, cols;
   };
   const Shape shapes[] = {
-      {GgmlType::kQ4_1, 576, 576},  {GgmlType::kQ4_1, 192, 576}, {GgmlType::kQ4_1, 1536, 576},
+      {GgmlType::kQ4_1, 576, 576},  {GgmlType::kQ4_1, 192, 576},   {GgmlType::kQ4_1, 1536, 576},
       {GgmlType::kQ4_1, 576, 1536}, {GgmlType::kQ8_0, 49152, 576}, {GgmlType::kQ4_0, 1536, 576},
-      {GgmlType::kQ8_0, 1536, 576}, {GgmlType::kF16, 1536, 576},  {GgmlType::kF32, 1536, 576},
+      {GgmlType::kQ8_0, 1536, 576}, {GgmlType::kF16, 1536, 576},   {GgmlType::kF32, 1536, 576},
+      {GgmlType::kQ5_0, 1536, 576}, {GgmlType::kQ5_1, 1536, 576},  {GgmlType::kIQ4_NL, 1536, 576},
   };
   for (const Shape& s : shapes) {
     for (int64_t n : {1, 8, 16, 32, 64, 512}) {

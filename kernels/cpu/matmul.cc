@@ -115,11 +115,8 @@ absl::StatusOr<Matrix> PrepareMatrix(Matrix m) {
     case GgmlType::kF32:
     case GgmlType::kF16:
       return m;
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ8_0:
-      return RepackEnabled() ? RepackToSplit(m) : m;
     default:
+      if (HasSplitLayout(m.type)) return RepackEnabled() ? RepackToSplit(m) : m;
       break;
   }
   const GgmlType to = ConvertedType(m.type);
@@ -151,6 +148,10 @@ void MatMulReference(const Matrix& w, const float* x, int64_t n_tokens, float* y
     }
   }
 }
+
+#if !defined(TINYSERVE_AMX_KERNELS)
+bool DequantRowBf16ForTest(GgmlType, const uint8_t*, int64_t, uint8_t*) { return false; }
+#endif
 
 const CpuKernels& CpuKernelsFor(CpuIsa isa) {
 #if defined(TINYSERVE_X86_KERNELS)
@@ -212,11 +213,8 @@ void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
                    w.rows);
       });
       return;
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ8_0:
-      break;
     default: {
+      if (HasSplitLayout(w.type)) break;
       // Not a MatMul type (PrepareMatrix converts these): dequantize row by row.
       ForRows(w, n_tokens, pool, [&](int64_t r0, int64_t r1, int) {
         std::vector<float> row(w.cols);

@@ -5,17 +5,17 @@
 // number of blocks of `type`, rows `row_bytes` apart. y = x·Wᵀ: output r of token t is
 // dot(W[r, :], x[t, :]). Data either points into a memory-mapped model file or is owned.
 //
-// MatMul supports F32, F16, Q4_0, Q4_1 and Q8_0 directly. PrepareMatrix converts the other
-// quantized types once at load to Q8_0 or Q4_1 (weight_convert.h: Q5_0, IQ4_NL exactly; Q4_K,
-// IQ4_XS with fp16-rounded scales; Q2_K, Q3_K, Q5_K, Q6_K, Q5_1 requantized) and BF16 to F32,
-// and repacks Q4_0, Q4_1 and Q8_0 into the split layout of weight_layout.h (same size; one SIMD
-// load per four blocks) unless TINYSERVE_REPACK=0. A matrix in ggml layout still works
+// MatMul supports F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL directly. PrepareMatrix
+// converts the other quantized types once at load (weight_convert.h: Q4_K to Q4_1, Q5_K to Q5_1
+// and IQ4_XS to IQ4_NL with fp16-rounded scales; Q2_K, Q3_K, Q6_K requantized to Q8_0) and BF16
+// to F32, and repacks the MatMul types into the split layout of weight_layout.h (same size; one
+// SIMD load per four blocks) unless TINYSERVE_REPACK=0. A matrix in ggml layout still works
 // everywhere, only slower.
 //
 // How MatMul computes (the llama.cpp scheme, shared/reference/model-formats.md §11): the
-// activations are quantized once per call and token row, to Q8_0 (Q4_0 and Q8_0 weights) or Q8_1
-// (Q4_1 weights), and every output is a sum over blocks of integer block dots times the block
-// scales, in fp32 (quant_kernels.h gives the exact formulas). So y differs from the float
+// activations are quantized once per call and token row, to Q8_0 (Q4_0, Q5_0, Q8_0, IQ4_NL) or
+// Q8_1 (Q4_1, Q5_1 weights), and every output is a sum over blocks of integer block dots times the
+// block scales, in fp32 (quant_kernels.h gives the exact formulas). So y differs from the float
 // product by the activation quantization error (about 1e-2 of Σ|w·x| at worst); against a
 // reference that uses the same quantized activations it agrees to fp32 rounding. F32 and F16
 // weights multiply float activations directly. The instruction set (scalar, AVX2, AVX-512 VNNI)

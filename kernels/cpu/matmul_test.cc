@@ -80,6 +80,26 @@ Matrix RandomMatrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
       case GgmlType::kQ4_1:
         QuantizeRowQ4_1(src, dst, cols);
         break;
+      case GgmlType::kQ5_0:
+      case GgmlType::kQ5_1:
+      case GgmlType::kIQ4_NL: {  // no reference quantizer: random codes, scales near 1/127 (Q5:
+                                 // 1/16) and for Q5_1 a min near -1
+        const int bb = GetGgmlTypeInfo(type)->block_bytes;
+        const float scale = type == GgmlType::kIQ4_NL ? 1.0f / 127 : 1.0f / 16;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          uint8_t* blk = dst + bb * b;
+          const fp16_t d = FloatToFp16((1.0f + 0.5f * src[32 * b]) * scale);
+          const fp16_t m = FloatToFp16(-1.0f + 0.25f * src[32 * b + 1]);
+          std::memcpy(blk, &d, 2);
+          if (type == GgmlType::kQ5_1) std::memcpy(blk + 2, &m, 2);
+          for (int j = 2; j < bb; ++j) {
+            if (j < 4 && type == GgmlType::kQ5_1) continue;
+            blk[j] =
+                static_cast<uint8_t>(std::lround((src[32 * b + j % 32] + 1) * 127.5f) ^ (7 * j));
+          }
+        }
+        break;
+      }
       default:
         QuantizeRowQ8_0(src, dst, cols);
         break;
@@ -101,10 +121,35 @@ struct Expected {
   std::vector<double> tolerance;  // [n_tokens][rows]
 };
 
+// The integer weight q_w of element j of a ggml block: the code (minus 8 or 16 for Q4_0 / Q5_0),
+// or the IQ4_NL level.
+int GgmlQ(GgmlType type, const uint8_t* blk, int j) {
+  auto nibble = [&](int qs) { return j < 16 ? blk[qs + j] & 15 : blk[qs + j - 16] >> 4; };
+  auto fifth = [&](int qh) {
+    uint32_t bits;
+    std::memcpy(&bits, blk + qh, 4);
+    return static_cast<int>((bits >> j) & 1) << 4;
+  };
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return static_cast<int8_t>(blk[2 + j]);
+    case GgmlType::kIQ4_NL:
+      return kIq4nlValues[nibble(2)];
+    case GgmlType::kQ4_0:
+      return nibble(2) - 8;
+    case GgmlType::kQ4_1:
+      return nibble(4);
+    case GgmlType::kQ5_0:
+      return (nibble(6) | fifth(2)) - 16;
+    default:  // Q5_1
+      return nibble(8) | fifth(4);
+  }
+}
+
 // The llama.cpp formula in float64 with reference-quantized activations (ggml-layout weights).
 Expected SameActsReference(const Matrix& w, const float* x, int64_t n_tokens) {
   const int64_t nb = w.cols / 32;
-  const bool q81 = w.type == GgmlType::kQ4_1;
+  const bool q81 = w.type == GgmlType::kQ4_1 || w.type == GgmlType::kQ5_1;
   std::vector<uint8_t> xq(nb * 36);
   Expected e{std::vector<double>(n_tokens * w.rows), std::vector<double>(n_tokens * w.rows)};
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -123,21 +168,12 @@ Expected SameActsReference(const Matrix& w, const float* x, int64_t n_tokens) {
         int64_t p = 0;
         double term_min = 0;
         int64_t pabs = 0;
-        if (w.type == GgmlType::kQ8_0) {
-          const int8_t* qw = reinterpret_cast<const int8_t*>(blk + 2);
-          for (int j = 0; j < 32; ++j) {
-            p += qw[j] * qa[j];
-            pabs += std::abs(qw[j] * qa[j]);
-          }
-        } else {
-          const uint8_t* qs = blk + (q81 ? 4 : 2);
-          const int off = q81 ? 0 : 8;
-          for (int j = 0; j < 16; ++j) {
-            p += ((qs[j] & 15) - off) * qa[j] + ((qs[j] >> 4) - off) * qa[j + 16];
-            pabs += std::abs(((qs[j] & 15) - off) * qa[j]) + std::abs(((qs[j] >> 4) - off) * qa[j + 16]);
-          }
-          if (q81) term_min = static_cast<double>(F16At(blk + 2)) * F16At(a + 2);
+        for (int j = 0; j < 32; ++j) {
+          const int qw = GgmlQ(w.type, blk, j);
+          p += qw * qa[j];
+          pabs += std::abs(qw * qa[j]);
         }
+        if (q81) term_min = static_cast<double>(F16At(blk + 2)) * F16At(a + 2);
         const double scale = F16At(blk) * da;
         sum += scale * static_cast<double>(p) + term_min;
         mag += std::fabs(scale) * static_cast<double>(pabs) + std::fabs(term_min);
@@ -236,8 +272,8 @@ TEST(MatMul, AllPathsMatchReferencesOnOddShapes) {
   std::vector<std::unique_ptr<ThreadPool>> pools;
   for (int n : {1, 2, 3}) pools.push_back(std::make_unique<ThreadPool>(n));
   uint32_t seed = 1;
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kF16,
-                        GgmlType::kF32}) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                        GgmlType::kQ8_0, GgmlType::kIQ4_NL, GgmlType::kF16, GgmlType::kF32}) {
     const bool quantized = HasSplitLayout(type);
     for (int64_t rows : {1, 3, 17, 33, 129}) {
       for (int64_t cols : {32, 96, 576, 1536}) {
@@ -285,7 +321,8 @@ TEST(MatMul, AllPathsMatchReferencesOnOddShapes) {
 TEST(MatMul, ThreadedEqualsSingleThreadExactly) {
   IsaGuard guard;
   ThreadPool one(1), two(2), three(3);
-  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kF32}) {
+  for (GgmlType type :
+       {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ8_0, GgmlType::kIQ4_NL, GgmlType::kF32}) {
     const Matrix w0 = RandomMatrix(type, 1000, 576, 7);
     const Matrix w = HasSplitLayout(type) ? RepackToSplit(w0) : w0;
     for (int64_t n_tokens : {1, 40}) {
@@ -310,8 +347,9 @@ TEST(MatMul, ActivationQuantizersMatchReferenceBits) {
   std::vector<float> x = RandomFloats(cols, 3, -3.0f, 3.0f);
   for (int j = 0; j < 32; ++j) x[32 + j] = (j == 0) ? 127.0f : static_cast<float>(j) - 15.5f;
   for (int j = 0; j < 32; ++j) x[64 + j] = 0.0f;  // an all-zero block
-  for (GgmlType wtype : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
-    const bool q81 = wtype == GgmlType::kQ4_1;
+  for (GgmlType wtype : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                         GgmlType::kQ8_0, GgmlType::kIQ4_NL}) {
+    const bool q81 = ActsHaveBias(wtype);
     std::vector<uint8_t> ref(cols / 32 * 36);
     if (q81) {
       QuantizeRowQ8_1(x.data(), ref.data(), cols);
@@ -341,7 +379,7 @@ TEST(MatMul, ActivationQuantizersMatchReferenceBits) {
           int lane = 0;
           for (int j = 4 * i; j < 4 * i + 4; ++j)
             lane += static_cast<int8_t>(rq[j]) + static_cast<int8_t>(rq[16 + j]);
-          EXPECT_EQ(icorr[4 * b + i], q81 ? 0 : (wtype == GgmlType::kQ4_0 ? -8 : -128) * lane);
+          EXPECT_EQ(icorr[4 * b + i], ActCorrection(wtype) * lane) << GgmlTypeName(wtype);
         }
         for (int j = 0; j < 16; ++j) {
           EXPECT_EQ(lo[j], rq[j]) << CpuIsaName(isa) << " block " << b << " j " << j;
@@ -380,8 +418,38 @@ TEST(MatMul, TileActivationsAreBf16InBlockOrder) {
   }
 }
 
+// The tile path's bf16 weights (its dequantization, which needs AVX512-BF16 but not AMX): each
+// element is the float weight rounded to bf16 (within one bf16 rounding, 2^-8 relative, as the
+// Q4_1 / Q5_1 value d·n + m is fused there).
+TEST(MatMul, TileWeightsAreTheWeightsInBf16) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                        GgmlType::kQ8_0, GgmlType::kIQ4_NL}) {
+    for (int64_t cols : {32, 160, 576}) {
+      const Matrix split = RepackToSplit(RandomMatrix(type, 1, cols, 23));
+      const int64_t nb = cols / 32;
+      std::vector<uint8_t> storage(nb * 64 + 64);
+      uint8_t* out = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+      if (!DequantRowBf16ForTest(type, split.Row(0), nb, out))
+        GTEST_SKIP() << "no AMX kernels compiled in, or no AVX512-BF16 on this CPU";
+      std::vector<float> want(cols);
+      MatrixRowToFloat(split, 0, want.data());
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t h;
+        std::memcpy(&h, out + 2 * c, 2);
+        const uint32_t u = static_cast<uint32_t>(h) << 16;
+        float got;
+        std::memcpy(&got, &u, 4);
+        ASSERT_LE(std::fabs(got - want[c]), 0x1p-8 * std::fabs(want[c]) + 1e-30)
+            << GgmlTypeName(type) << " cols " << cols << " element " << c << ": " << got << " vs "
+            << want[c];
+      }
+    }
+  }
+}
+
 TEST(MatMul, SplitLayoutRoundTripsAndSlices) {
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                        GgmlType::kQ8_0, GgmlType::kIQ4_NL}) {
     for (int64_t cols : {32, 160, 576}) {
       const Matrix ggml = RandomMatrix(type, 5, cols, 11);
       const Matrix split = RepackToSplit(ggml);

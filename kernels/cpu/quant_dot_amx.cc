@@ -10,26 +10,29 @@
 // AVX-512 at 512 tokens; this one 6-7x). In bf16 one tile accumulates the whole row, so the
 // tile unit does all the arithmetic:
 //   y[t, r] = Σ_i bf16(w[r, i]) · bf16(x[t, i]),  summed in fp32
-// with w the dequantized weight (d·n + m, d·(n − 8) or d·q, computed in fp32 and rounded to
-// nearest even) and x the fp32 activations rounded the same way. Each factor is within 2^-9 of
-// its value, so |y − Σ w·x| <= (2^-8 + fp32 rounding)·Σ|w·x|. That is tighter than the 8-bit
-// activations of the other paths (an element is within amax/254 of its value).
+// with w the dequantized weight (d·n + m, d·(n − 8), d·(n − 16), d·level or d·q, computed in fp32
+// and rounded to nearest even) and x the fp32 activations rounded the same way. Each factor is
+// within 2^-9 of its value, so |y − Σ w·x| <= (2^-8 + fp32 rounding)·Σ|w·x|. That is tighter than
+// the 8-bit activations of the other paths (an element is within amax/254 of its value).
 //
 // The weights are the A operand (16 rows x 32 elements per tile row, row-major: a dequantized
 // row is a tile row as it stands) and the activations the B operand (VNNI pairs: tile row kk
 // holds elements 2kk, 2kk+1 of each of 16 tokens), so the only transposes are those of the
 // activations, once per call, and of each 16x16 result. Per strip of 32 weight rows the blocks
-// are dequantized once into a per-thread buffer (Q4_0 / Q4_1 through a 16-entry bf16 table per
-// block and vpermw); then blocks of 32 tokens stream past: 2 A x 2 B tiles into 4 C tiles, so
-// each tile load feeds two products.
+// are dequantized once into a per-thread buffer (the 4- and 5-bit types through a 16- or 32-entry
+// bf16 table per block and vpermw); then blocks of 32 tokens stream past: 2 A x 2 B tiles into 4 C
+// tiles, so each tile load feeds two products.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "common/log.h"
 #include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/amx_tiles.h"
+#include "kernels/cpu/dequant.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/simd512.h"
 #include "kernels/cpu/weight_layout.h"
@@ -90,18 +93,40 @@ inline __m512i DequantBlock(const uint8_t* row, int64_t nb, int64_t b, const flo
     hi = _mm512_mul_ps(hi, vd);
     return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
   } else {
-    // The block's 16 possible values in bf16, looked up by its 32 nibbles.
+    // The block's 16 (Q5: 32) possible values in bf16, looked up by its codes.
+    constexpr bool kQ5 = T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1;
     const __m512 n = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 values = T == GgmlType::kQ4_0
-                              ? _mm512_mul_ps(_mm512_sub_ps(n, _mm512_set1_ps(8)), vd)
-                              : _mm512_fmadd_ps(n, vd, _mm512_set1_ps(m[b]));
-    const __m512i table =
-        _mm512_zextsi256_si512(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(values)));
+    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // codes 0..15, 16..31
+    if constexpr (T == GgmlType::kQ4_0) {
+      lo = _mm512_mul_ps(_mm512_sub_ps(n, _mm512_set1_ps(8)), vd);
+    } else if constexpr (T == GgmlType::kQ5_0) {
+      lo = _mm512_mul_ps(_mm512_sub_ps(n, _mm512_set1_ps(16)), vd);
+      hi = _mm512_mul_ps(n, vd);
+    } else if constexpr (T == GgmlType::kIQ4_NL) {
+      const __m512 levels = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues))));
+      lo = _mm512_mul_ps(levels, vd);
+    } else {  // Q4_1, Q5_1
+      lo = _mm512_fmadd_ps(n, vd, _mm512_set1_ps(m[b]));
+      if constexpr (kQ5)
+        hi = _mm512_fmadd_ps(_mm512_add_ps(n, _mm512_set1_ps(16)), vd, _mm512_set1_ps(m[b]));
+    }
+    const __m512i table = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * b));
     const __m128i m4 = _mm_set1_epi8(0x0f);
     const __m256i nib =
         _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-    return _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(nib), table);
+    __m512i idx = _mm512_cvtepu8_epi16(nib);
+    if constexpr (kQ5) {  // bit j of the block's qh: element j's code + 16
+      const int64_t g = b / 4, k = b % 4, gs = std::min<int64_t>(4, nb - 4 * g);
+      const uint8_t* qh = row + nb * 16 + 16 * g + 2 * k;
+      uint16_t bits_lo, bits_hi;
+      std::memcpy(&bits_lo, qh, 2);
+      std::memcpy(&bits_hi, qh + 2 * gs, 2);
+      const __mmask32 fifth = _cvtu32_mask32(bits_lo | (static_cast<uint32_t>(bits_hi) << 16));
+      idx = _mm512_mask_add_epi16(idx, fifth, idx, _mm512_set1_epi16(16));
+    }
+    return _mm512_permutexvar_epi16(idx, table);
   }
 }
 
@@ -112,13 +137,14 @@ inline __m512i DequantBlock(const uint8_t* row, int64_t nb, int64_t b, const flo
 template <GgmlType T>
 void DequantRows(const uint8_t* w, size_t w_stride, int64_t n, int64_t nb, uint8_t* rows,
                  float* scales, const uint8_t* prefetch, int64_t n_prefetch) {
-  const int64_t qs_region = nb * (T == GgmlType::kQ8_0 ? 32 : 16);
+  const int64_t qs_region = SplitScalesOffset(T, nb);  // qs and qh
   float* d = scales;
   float* m = scales + nb;
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* row = w + i * w_stride;
     ScalesToFloat(row + qs_region, nb, d);
-    if constexpr (T == GgmlType::kQ4_1) ScalesToFloat(row + qs_region + 2 * nb, nb, m);
+    if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1)
+      ScalesToFloat(row + qs_region + 2 * nb, nb, m);
     uint8_t* out = rows + i * nb * 64;
     for (int64_t b = 0; b < nb; ++b)
       _mm512_store_si512(out + 64 * b, DequantBlock<T>(row, nb, b, d, m));
@@ -224,17 +250,25 @@ void GemmT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols, const
 
 void GemmSplitAmx(GgmlType wtype, const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
                   const uint8_t* acts, int64_t n_tokens, float* y, int64_t ldy) {
-  switch (wtype) {
-    case GgmlType::kQ4_0:
-      return GemmT<GgmlType::kQ4_0>(w, w_stride, nrows, cols, acts, n_tokens, y, ldy);
-    case GgmlType::kQ4_1:
-      return GemmT<GgmlType::kQ4_1>(w, w_stride, nrows, cols, acts, n_tokens, y, ldy);
-    default:
-      return GemmT<GgmlType::kQ8_0>(w, w_stride, nrows, cols, acts, n_tokens, y, ldy);
-  }
+  WithSplitType(wtype, [&](auto t) {
+    GemmT<decltype(t)::value>(w, w_stride, nrows, cols, acts, n_tokens, y, ldy);
+  });
 }
 
 }  // namespace
+
+bool DequantRowBf16ForTest(GgmlType type, const uint8_t* split_row, int64_t nb, uint8_t* out) {
+  unsigned eax, ebx, ecx, edx;  // AVX512-BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5
+  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || (eax & (1u << 5)) == 0 ||
+      DetectedCpuIsa() < CpuIsa::kAvx512) {
+    return false;
+  }
+  std::vector<float> scales(static_cast<size_t>(2 * nb));
+  WithSplitType(type, [&](auto t) {
+    DequantRows<decltype(t)::value>(split_row, 0, 1, nb, out, scales.data(), split_row, 0);
+  });
+  return true;
+}
 
 const CpuKernels& AmxCpuKernels() {
   static const TileKernels tiles{kAmxMinTokens, AmxTileBytes, ConvertTileAmx, GemmSplitAmx};

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/aligned_scratch.h"
+#include "kernels/cpu/dequant.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/simd512.h"
 #include "kernels/cpu/weight_layout.h"
@@ -15,18 +17,71 @@
 namespace tinyserve {
 namespace {
 
-// MR weight rows against NT token rows. MR·NT independent accumulators keep the FMA pipes
-// busy (one row and one token would be one long dependency chain).
-template <GgmlType T, int MR, int NT>
-void TileDot(const uint8_t* const* rows, int64_t nb, int64_t cols, const uint8_t* const* acts,
-             float* out /* [MR][NT] */) {
+// The weights of group g (gs blocks) of a split row as dpbusd's unsigned operand: wl holds
+// elements 0..15 of block k in 128-bit lane k, wh elements 16..31; lanes past gs are zero (masked
+// loads). Q8_0 and IQ4_NL values + 128; 4- and 5-bit codes as they are (icorr or the bias
+// removes the offset).
+template <GgmlType T>
+inline void UnpackGroup(const uint8_t* row, int64_t nb, int64_t g, int64_t gs, __m512i* wl,
+                        __m512i* wh) {
   constexpr bool kQ8 = T == GgmlType::kQ8_0;
-  constexpr int64_t kQsGroup = kQ8 ? 128 : 64;
-  const int64_t qs_region = nb * (kQ8 ? 32 : 16);
+  constexpr bool kNl = T == GgmlType::kIQ4_NL;
+  constexpr bool kQ5 = T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1;
+  const bool tail = gs < 4;
+  const __mmask64 qmask = tail ? (__mmask64{1} << (16 * gs)) - 1 : ~__mmask64{0};
+  const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const uint8_t* qs = row + g * (kQ8 ? 128 : 64);
+  if constexpr (kQ8) {
+    *wl = _mm512_xor_si512(_mm512_maskz_loadu_epi8(qmask, qs), x80);
+    *wh = _mm512_xor_si512(_mm512_maskz_loadu_epi8(qmask, qs + (tail ? 16 * gs : 64)), x80);
+    return;
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i v = _mm512_maskz_loadu_epi8(qmask, qs);
+  *wl = _mm512_and_si512(v, m4);
+  *wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  if constexpr (kNl) {  // the levels + 128, in each 128-bit lane
+    const __m512i levels = _mm512_xor_si512(
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues))),
+        x80);
+    *wl = _mm512_maskz_shuffle_epi8(qmask, levels, *wl);
+    *wh = _mm512_maskz_shuffle_epi8(qmask, levels, *wh);
+  }
+  if constexpr (kQ5) {  // the fifth bits: one per byte of wl, then of wh
+    const __m512i x10 = _mm512_set1_epi8(0x10);
+    const uint8_t* qh = row + nb * 16 + 16 * g;
+    const __mmask16 hmask = static_cast<__mmask16>((1u << (2 * gs)) - 1);
+    const __mmask64 lo =
+        _cvtu64_mask64(static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_maskz_loadu_epi8(hmask, qh))));
+    const __mmask64 hi = _cvtu64_mask64(
+        static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_maskz_loadu_epi8(hmask, qh + 2 * gs))));
+    *wl = _mm512_mask_add_epi8(*wl, lo, *wl, x10);
+    *wh = _mm512_mask_add_epi8(*wh, hi, *wh, x10);
+  }
+}
+
+// A row's groups unpacked once (UnpackGroup; 128 bytes per group, 64-byte aligned), so that a
+// block of many tokens does not unpack them again for every 4 tokens.
+template <GgmlType T>
+void ExpandRow(const uint8_t* row, int64_t nb, uint8_t* out) {
+  for (int64_t g = 0; 4 * g < nb; ++g) {
+    __m512i wl, wh;
+    UnpackGroup<T>(row, nb, g, std::min<int64_t>(4, nb - 4 * g), &wl, &wh);
+    _mm512_store_si512(out + 128 * g, wl);
+    _mm512_store_si512(out + 128 * g + 64, wh);
+  }
+}
+
+// MR weight rows against NT token rows. MR·NT independent accumulators keep the FMA pipes
+// busy (one row and one token would be one long dependency chain). kExpanded: the rows' weights
+// come from ExpandRow (exp), their scales still from rows.
+template <GgmlType T, int MR, int NT, bool kExpanded>
+void TileDot(const uint8_t* const* rows, const uint8_t* const* exp, int64_t nb, int64_t cols,
+             const uint8_t* const* acts, float* out /* [MR][NT] */) {
+  constexpr bool kBias = T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1;
+  const int64_t qs_region = SplitScalesOffset(T, nb);  // qs and qh
   const size_t dl_off = ActDlaneOffset(cols), bias_off = ActBiasOffset(cols);
   const size_t ic_off = ActIcorrOffset(cols);
-  const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i lane_idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   __m512 acc[MR][NT];
   __m128 bacc[MR][NT];
@@ -36,48 +91,39 @@ void TileDot(const uint8_t* const* rows, int64_t nb, int64_t cols, const uint8_t
       bacc[i][t] = _mm_setzero_ps();
     }
 
-  // Group g of four blocks; gs < 4 blocks in the last group of a row (masked loads: the lanes
-  // past gs read as zero, and the activations there are zero too).
+  // Group g of four blocks; gs < 4 blocks in the last group of a row (the lanes past gs are
+  // zero, and the activations there are zero too).
   auto group = [&](int64_t g, int64_t gs) {
-    const bool tail = gs < 4;
-    const __mmask64 qmask = tail ? (__mmask64{1} << (16 * gs)) - 1 : ~__mmask64{0};
     const __mmask8 dmask = static_cast<__mmask8>((1u << gs) - 1);
     __m512i wl[MR], wh[MR];
     __m512 dl[MR];
     __m128 bw[MR];
     for (int i = 0; i < MR; ++i) {
-      const uint8_t* qs = rows[i] + g * kQsGroup;
-      const uint8_t* d = rows[i] + qs_region + 8 * g;
-      if constexpr (kQ8) {
-        wl[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(qmask, qs), x80);
-        wh[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(qmask, qs + (tail ? 16 * gs : 64)), x80);
+      if constexpr (kExpanded) {
+        wl[i] = _mm512_load_si512(exp[i] + 128 * g);
+        wh[i] = _mm512_load_si512(exp[i] + 128 * g + 64);
       } else {
-        const __m512i v = _mm512_maskz_loadu_epi8(qmask, qs);
-        wl[i] = _mm512_and_si512(v, m4);
-        wh[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        UnpackGroup<T>(rows[i], nb, g, gs, &wl[i], &wh[i]);
       }
+      const uint8_t* d = rows[i] + qs_region + 8 * g;
       const __m128 d4 = _mm_cvtph_ps(_mm_maskz_loadu_epi16(dmask, d));
       dl[i] = _mm512_permutexvar_ps(lane_idx, _mm512_castps128_ps512(d4));
-      if constexpr (T == GgmlType::kQ4_1) {
-        bw[i] = _mm_cvtph_ps(_mm_maskz_loadu_epi16(dmask, d + 2 * nb));
-      }
+      if constexpr (kBias) bw[i] = _mm_cvtph_ps(_mm_maskz_loadu_epi16(dmask, d + 2 * nb));
     }
     for (int t = 0; t < NT; ++t) {
       const uint8_t* a = acts[t] + g * 128;
       const __m512i al = _mm512_load_si512(a), ah = _mm512_load_si512(a + 64);
       const __m512 da = _mm512_load_ps(reinterpret_cast<const float*>(acts[t] + dl_off) + 16 * g);
-      // Q4_0 / Q8_0 start from the integer correction (−8 or −128 times the lane's Σq).
-      const __m512i p0 = T == GgmlType::kQ4_1
-                             ? _mm512_setzero_si512()
-                             : _mm512_load_si512(acts[t] + ic_off + 64 * g);
+      // Types without a bias start from the integer correction (c times the lane's Σq).
+      const __m512i p0 =
+          kBias ? _mm512_setzero_si512() : _mm512_load_si512(acts[t] + ic_off + 64 * g);
       __m128 ba = _mm_setzero_ps();
-      if constexpr (T == GgmlType::kQ4_1) {
+      if constexpr (kBias)
         ba = _mm_load_ps(reinterpret_cast<const float*>(acts[t] + bias_off) + 4 * g);
-      }
       for (int i = 0; i < MR; ++i) {
         const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p0, wl[i], al), wh[i], ah);
         acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dl[i], da), acc[i][t]);
-        if constexpr (T == GgmlType::kQ4_1) bacc[i][t] = _mm_fmadd_ps(bw[i], ba, bacc[i][t]);
+        if constexpr (kBias) bacc[i][t] = _mm_fmadd_ps(bw[i], ba, bacc[i][t]);
       }
     }
   };
@@ -90,24 +136,38 @@ void TileDot(const uint8_t* const* rows, int64_t nb, int64_t cols, const uint8_t
       out[i * NT + t] = HSum512(_mm512_add_ps(acc[i][t], _mm512_zextps128_ps512(bacc[i][t])));
 }
 
-template <GgmlType T, int MR>
-void RowsTokens(const uint8_t* const* rows, int64_t nb, int64_t cols, const uint8_t* acts,
-                size_t act_stride, int64_t t0, int64_t t1, float* y, int64_t ldy, int64_t r) {
+template <GgmlType T, int MR, bool kExpanded>
+void RowsTokens(const uint8_t* const* rows, const uint8_t* const* exp, int64_t nb, int64_t cols,
+                const uint8_t* acts, size_t act_stride, int64_t t0, int64_t t1, float* y,
+                int64_t ldy, int64_t r) {
   for (int64_t t = t0; t < t1; t += 4) {
     const uint8_t* a[4];
     float out[MR * 4];
     const int nt = static_cast<int>(std::min<int64_t>(4, t1 - t));
     for (int i = 0; i < nt; ++i) a[i] = acts + (t + i) * act_stride;
     switch (nt) {
-      case 4: TileDot<T, MR, 4>(rows, nb, cols, a, out); break;
-      case 3: TileDot<T, MR, 3>(rows, nb, cols, a, out); break;
-      case 2: TileDot<T, MR, 2>(rows, nb, cols, a, out); break;
-      default: TileDot<T, MR, 1>(rows, nb, cols, a, out); break;
+      case 4:
+        TileDot<T, MR, 4, kExpanded>(rows, exp, nb, cols, a, out);
+        break;
+      case 3:
+        TileDot<T, MR, 3, kExpanded>(rows, exp, nb, cols, a, out);
+        break;
+      case 2:
+        TileDot<T, MR, 2, kExpanded>(rows, exp, nb, cols, a, out);
+        break;
+      default:
+        TileDot<T, MR, 1, kExpanded>(rows, exp, nb, cols, a, out);
+        break;
     }
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < nt; ++j) y[(t + j) * ldy + r + i] = out[i * nt + j];
   }
 }
+
+// Token blocks of at least this many tokens unpack each row once (ExpandRow) instead of once per
+// 4 tokens: +20 % on Q5_0 / Q5_1 products of 16-512 tokens, +5 % on Q4_1 (bench/matmul_bench,
+// docs/PERFORMANCE.md).
+constexpr int64_t kExpandMinTokens = 8;
 
 template <GgmlType T>
 void GemmSplitT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
@@ -119,8 +179,14 @@ void GemmSplitT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
   // Decode (one token): 4 rows per tile; batches: 2 rows × 4 tokens.
   constexpr int64_t kMrDecode = 4, kMrBatch = 2;
   const int64_t mr = n_tokens == 1 ? kMrDecode : kMrBatch;
+  // Q8_0 is its own unpacked form (one xor).
+  const bool expand = T != GgmlType::kQ8_0 && n_tokens >= kExpandMinTokens;
+  const size_t exp_bytes = static_cast<size_t>(ActGroups(cols)) * 128;
+  static thread_local AlignedScratch exp_scratch;
+  uint8_t* exp_buf = expand ? exp_scratch.Get(kMrBatch * exp_bytes) : nullptr;
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
     const int64_t t1 = std::min(n_tokens, t0 + kTokenBlock);
+    const bool expand_block = expand && t1 - t0 >= kExpandMinTokens;
     int64_t r = 0;
     for (; r + mr <= nrows; r += mr) {
       const uint8_t* rows[4];
@@ -130,15 +196,24 @@ void GemmSplitT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
         for (size_t off = 0; off < mr * w_stride; off += 64)
           _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
       }
-      if (mr == kMrDecode) {
-        RowsTokens<T, kMrDecode>(rows, nb, cols, acts, act_stride, t0, t1, y, ldy, r);
+      if (expand_block) {
+        const uint8_t* exp[kMrBatch];
+        for (int64_t i = 0; i < kMrBatch; ++i) {
+          ExpandRow<T>(rows[i], nb, exp_buf + i * exp_bytes);
+          exp[i] = exp_buf + i * exp_bytes;
+        }
+        RowsTokens<T, kMrBatch, true>(rows, exp, nb, cols, acts, act_stride, t0, t1, y, ldy, r);
+      } else if (mr == kMrDecode) {
+        RowsTokens<T, kMrDecode, false>(rows, nullptr, nb, cols, acts, act_stride, t0, t1, y, ldy,
+                                        r);
       } else {
-        RowsTokens<T, kMrBatch>(rows, nb, cols, acts, act_stride, t0, t1, y, ldy, r);
+        RowsTokens<T, kMrBatch, false>(rows, nullptr, nb, cols, acts, act_stride, t0, t1, y, ldy,
+                                       r);
       }
     }
     for (; r < nrows; ++r) {
       const uint8_t* rows[1] = {w + r * w_stride};
-      RowsTokens<T, 1>(rows, nb, cols, acts, act_stride, t0, t1, y, ldy, r);
+      RowsTokens<T, 1, false>(rows, nullptr, nb, cols, acts, act_stride, t0, t1, y, ldy, r);
     }
   }
 }
@@ -146,14 +221,9 @@ void GemmSplitT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
 void GemmSplitAvx512(GgmlType wtype, const uint8_t* w, size_t w_stride, int64_t nrows,
                      int64_t cols, const uint8_t* acts, size_t act_stride, int64_t n_tokens,
                      float* y, int64_t ldy) {
-  switch (wtype) {
-    case GgmlType::kQ4_0:
-      return GemmSplitT<GgmlType::kQ4_0>(w, w_stride, nrows, cols, acts, act_stride, n_tokens, y, ldy);
-    case GgmlType::kQ4_1:
-      return GemmSplitT<GgmlType::kQ4_1>(w, w_stride, nrows, cols, acts, act_stride, n_tokens, y, ldy);
-    default:
-      return GemmSplitT<GgmlType::kQ8_0>(w, w_stride, nrows, cols, acts, act_stride, n_tokens, y, ldy);
-  }
+  WithSplitType(wtype, [&](auto t) {
+    GemmSplitT<decltype(t)::value>(w, w_stride, nrows, cols, acts, act_stride, n_tokens, y, ldy);
+  });
 }
 
 inline __m512 Load16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/fp16.h"
+#include "kernels/cpu/dequant.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/weight_layout.h"
 
@@ -31,10 +32,10 @@ void QuantizeActsScalar(GgmlType wtype, const float* x, int64_t cols, uint8_t* d
     }
     const float dr = Fp16ToFloat(FloatToFp16(d));
     for (int i = 0; i < 4; ++i) dlane[4 * b + i] = dr;
-    if (wtype == GgmlType::kQ4_1) {
+    if (ActsHaveBias(wtype)) {
       bias[b] = Fp16ToFloat(FloatToFp16(d * sum));
     } else {
-      const int c = wtype == GgmlType::kQ4_0 ? -8 : -128;
+      const int c = ActCorrection(wtype);
       for (int i = 0; i < 4; ++i) {
         int lane = 0;
         for (int j = 4 * i; j < 4 * i + 4; ++j) lane += lo[j] + lo[64 + j];
@@ -44,27 +45,41 @@ void QuantizeActsScalar(GgmlType wtype, const float* x, int64_t cols, uint8_t* d
   }
 }
 
-// Weight value q_w of element j of block b (as the integer the block stores, Q4 minus 8 for
-// Q4_0 so that no bias is needed).
-inline int WeightQ(GgmlType type, const uint8_t* qs, int64_t nb, int64_t b, int j) {
+// Weight value q_w of element j of block b (as the integer the block stores, the code minus 8
+// or 16 for Q4_0 / Q5_0 so that no bias is needed; the level for IQ4_NL).
+inline int WeightQ(GgmlType type, const uint8_t* row, int64_t nb, int64_t b, int j) {
+  const int64_t g = b / 4, k = b % 4, gs = std::min<int64_t>(4, nb - 4 * g);
   if (type == GgmlType::kQ8_0) {
-    const int64_t g = b / 4, k = b % 4, gs = std::min<int64_t>(4, nb - 4 * g);
-    const uint8_t* p = qs + g * 128 + (j < 16 ? k * 16 + j : gs * 16 + k * 16 + j - 16);
+    const uint8_t* p = row + g * 128 + (j < 16 ? k * 16 + j : gs * 16 + k * 16 + j - 16);
     return static_cast<int8_t>(*p);
   }
-  const uint8_t byte = qs[b * 16 + (j & 15)];
-  const int n = j < 16 ? (byte & 15) : (byte >> 4);
-  return type == GgmlType::kQ4_0 ? n - 8 : n;
+  const uint8_t byte = row[b * 16 + (j & 15)];
+  int n = j < 16 ? (byte & 15) : (byte >> 4);
+  if (SplitQhBytes(type) != 0) {  // the fifth bit: low or high half of the group's qh
+    const uint8_t* qh = row + nb * 16 + g * 16 + (j < 16 ? 0 : 2 * gs) + 2 * k;
+    const int bit = (j & 15);
+    n |= ((qh[bit / 8] >> (bit % 8)) & 1) << 4;
+  }
+  switch (type) {
+    case GgmlType::kIQ4_NL:
+      return kIq4nlValues[n];
+    case GgmlType::kQ4_0:
+      return n - 8;
+    case GgmlType::kQ5_0:
+      return n - 16;
+    default:
+      return n;
+  }
 }
 
 void GemmSplitScalar(GgmlType wtype, const uint8_t* w, size_t w_stride, int64_t nrows,
                      int64_t cols, const uint8_t* acts, size_t act_stride, int64_t n_tokens,
                      float* y, int64_t ldy) {
   const int64_t nb = cols / 32;
-  const size_t qs_region = static_cast<size_t>(nb) * SplitQsBytes(wtype);
+  const int64_t scales = SplitScalesOffset(wtype, nb);
   for (int64_t r = 0; r < nrows; ++r) {
     const uint8_t* row = w + r * w_stride;
-    const uint8_t* dw = row + qs_region;
+    const uint8_t* dw = row + scales;
     const uint8_t* mw = dw + 2 * nb;
     for (int64_t t = 0; t < n_tokens; ++t) {
       const uint8_t* a = acts + t * act_stride;
@@ -79,7 +94,7 @@ void GemmSplitScalar(GgmlType wtype, const uint8_t* w, size_t w_stride, int64_t 
         fp16_t d16, m16;
         std::memcpy(&d16, dw + 2 * b, 2);
         acc += Fp16ToFloat(d16) * dlane[4 * b] * static_cast<float>(p);
-        if (wtype == GgmlType::kQ4_1) {
+        if (ActsHaveBias(wtype)) {
           std::memcpy(&m16, mw + 2 * b, 2);
           acc += Fp16ToFloat(m16) * bias[b];
         }

@@ -1,9 +1,10 @@
 // File: kernels/cpu/quant_kernels.h
 // The per-ISA inner kernels of MatMul (internal to kernels/cpu; MatMul in matmul.h is the API).
 //
-// Quantized weights (Q4_0, Q4_1, Q8_0, in the split layout of weight_layout.h) are multiplied
-// with activations quantized once per call and per token row, the llama.cpp scheme: Q8_0 for
-// Q4_0 and Q8_0 weights, Q8_1 (with its block sum) for Q4_1. Quantized values and scales are
+// Quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, in the split layout of
+// weight_layout.h) are multiplied with activations quantized once per call and per token row, the
+// llama.cpp scheme: Q8_0 for Q4_0, Q5_0, Q8_0 and IQ4_NL weights, Q8_1 (with its block sum) for
+// Q4_1 and Q5_1. Quantized values and scales are
 // bit-identical to QuantizeRowQ8_0 / QuantizeRowQ8_1 (dequant.h); only their arrangement
 // differs. One token row of activations (ActRowBytes(cols) bytes, 64-byte aligned):
 //
@@ -12,15 +13,20 @@
 //   dlane [G][4][4] float      fp16-rounded d of block k, repeated in the 4 int32 lanes of k
 //   icorr [G][4][4] int32      int32 lane 4k+i: c·(Σ of q[4i..4i+3] + q[16+4i..16+4i+3]) of block
 //                              k, the elements that lane i of a maddubs+madd or dpbusd sums;
-//                              c = −8 (Q4_0), −128 (Q8_0), 0 (Q4_1)
-//   bias  [G][4] float         Q4_1: s of block k (fp16-rounded d·Σq, as in Q8_1); else 0
+//                              c = ActCorrection(weight type): −8 (Q4_0), −16 (Q5_0), −128
+//                              (Q8_0, IQ4_NL), 0 (Q4_1, Q5_1)
+//   bias  [G][4] float         Q4_1 / Q5_1: s of block k (fp16-rounded d·Σq, as in Q8_1); else 0
 //   with G = ceil(nb / 4), nb = cols / 32; everything past nb is 0.
 //
 // Per block, with the integer dot P = Σ q_w·q_a over its 32 elements, q_w as the SIMD kernels
-// feed it to the unsigned side of maddubs / dpbusd (nibbles 0..15; Q8_0 + 128 under VNNI):
+// feed it to the unsigned side of maddubs / dpbusd (nibbles 0..15, 5-bit codes 0..31; Q8_0 + 128
+// under VNNI):
 //   Q4_0: d_w·d_a·(P + icorr)           (= d_w·d_a·Σ (n−8)·q_a; each int32 lane exact)
+//   Q5_0: as Q4_0 with n the 5-bit code and −16 for −8
 //   Q4_1: d_w·d_a·P + m_w·bias          (= d_w·d_a·Σ n·q_a + m_w·s_a, the ggml formula)
+//   Q5_1: as Q4_1 with n the 5-bit code
 //   Q8_0: d_w·d_a·Σ q_w·q_a             (VNNI: P over q_w + 128, plus icorr; AVX2: sign trick)
+//   IQ4_NL: as Q8_0, q_w the level kIq4nlValues[n] that a byte shuffle looks up per nibble
 // and y is the fp32 sum over blocks. The correction is integer and per lane, so every int32
 // lane holds exactly Σ q_w·q_a over its eight elements, as llama.cpp's kernels do: no large
 // float terms cancel.
@@ -28,11 +34,31 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ggml_types.h"
 
 namespace tinyserve {
+
+// Q4_1 and Q5_1 take Q8_1 activations (with the block sums in bias); the others Q8_0.
+inline bool ActsHaveBias(GgmlType wtype) {
+  return wtype == GgmlType::kQ4_1 || wtype == GgmlType::kQ5_1;
+}
+// The c of icorr for weights of type wtype.
+inline int ActCorrection(GgmlType wtype) {
+  switch (wtype) {
+    case GgmlType::kQ4_0:
+      return -8;
+    case GgmlType::kQ5_0:
+      return -16;
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_1:
+      return 0;
+    default:
+      return -128;
+  }
+}
 
 inline int64_t ActGroups(int64_t cols) { return (cols / 32 + 3) / 4; }
 inline size_t ActRowBytes(int64_t cols) {
@@ -73,6 +99,27 @@ struct CpuKernels {
   const TileKernels* tiles = nullptr;  // AMX; null on other paths
 };
 
+// Calls f(std::integral_constant<GgmlType, T>{}) with T = wtype, one of the split-layout types
+// (weight_layout.h); Q8_0 for any other type.
+template <typename F>
+inline void WithSplitType(GgmlType wtype, F&& f) {
+  using G = GgmlType;
+  switch (wtype) {
+    case G::kQ4_0:
+      return f(std::integral_constant<G, G::kQ4_0>{});
+    case G::kQ4_1:
+      return f(std::integral_constant<G, G::kQ4_1>{});
+    case G::kQ5_0:
+      return f(std::integral_constant<G, G::kQ5_0>{});
+    case G::kQ5_1:
+      return f(std::integral_constant<G, G::kQ5_1>{});
+    case G::kIQ4_NL:
+      return f(std::integral_constant<G, G::kIQ4_NL>{});
+    default:
+      return f(std::integral_constant<G, G::kQ8_0>{});
+  }
+}
+
 // The table for an instruction set (REQUIRES: isa <= DetectedCpuIsa()).
 const CpuKernels& CpuKernelsFor(CpuIsa isa);
 
@@ -85,6 +132,12 @@ const CpuKernels& AmxCpuKernels();
 // The AVX2 activation quantizer, shared by the AVX-512 table.
 void QuantizeActsAvx2(GgmlType wtype, const float* x, int64_t cols, uint8_t* dst);
 #endif
+
+// Test hook: the tile path's dequantization (AMX, quant_dot_amx.cc) of one split-layout row of nb
+// blocks to bf16, 64 bytes per block at out (64-byte aligned). It needs AVX512-BF16, not AMX, so
+// its tables are checked on CPUs without a tile unit too. False where it cannot run (no AMX
+// kernels compiled in, or no AVX512-BF16).
+bool DequantRowBf16ForTest(GgmlType type, const uint8_t* split_row, int64_t nb, uint8_t* out);
 
 // Tokens per cache block in gemm_split: activations of this many tokens stay in L1 while
 // every row of the range streams past them.

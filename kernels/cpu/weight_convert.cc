@@ -25,76 +25,49 @@ bool StoreF16(uint8_t* p, float f) {
   return std::isfinite(Fp16ToFloat(h));
 }
 
-// One Q8_0 block from a fp16 scale and 32 int8 codes.
-bool Q8Block(float d, const int8_t* q, uint8_t* out) {
-  std::memcpy(out + 2, q, 32);
-  return StoreF16(out, d);
-}
-
-bool Q5_0ToQ8_0(const uint8_t* b, uint8_t* out) {
-  uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  const uint8_t* qs = b + 6;
-  int8_t q[32];
-  for (int j = 0; j < 16; ++j) {
-    q[j] = static_cast<int8_t>(((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
-    q[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
-  }
-  std::memcpy(out, b, 2);  // the same fp16 scale
-  std::memcpy(out + 2, q, 32);
-  return true;
-}
-
-bool Iq4NlToQ8_0(const uint8_t* b, uint8_t* out) {
-  const uint8_t* qs = b + 2;
-  int8_t q[32];
-  for (int j = 0; j < 16; ++j) {
-    q[j] = kIq4nlValues[qs[j] & 0xF];
-    q[j + 16] = kIq4nlValues[qs[j] >> 4];
-  }
-  std::memcpy(out, b, 2);
-  std::memcpy(out + 2, q, 32);
-  return true;
-}
-
-// 8 Q4_1 blocks from one Q4_K super-block.
-bool Q4_KToQ4_1(const uint8_t* b, uint8_t* out) {
+// 8 Q4_1 (Q5_1) blocks from one Q4_K (Q5_K) super-block: per 32-element sub-block s, the scale
+// d·sc and minimum −dmin·m each rounded once to fp16, and the file's codes: element l of s is
+// nibble s % 2 of qs[32·(s / 2) + l], with its fifth bit (Q5_K) bit s of qh[l].
+template <bool kQ5>
+bool KQuantToType1(const uint8_t* b, uint8_t* out) {
   const float d = LoadF16(b), dmin = LoadF16(b + 2);
   const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
+  const uint8_t* qh = b + 16;  // Q5_K only
+  const uint8_t* qs = b + (kQ5 ? 48 : 16);
+  constexpr int kOutBytes = kQ5 ? 24 : 20, kOutQs = kQ5 ? 8 : 4;
   bool ok = true;
-  for (int s = 0; s < 8; ++s, out += 20) {
+  for (int s = 0; s < 8; ++s, out += kOutBytes) {
     int sc, mn;
     ScaleMinK4(s, scales, &sc, &mn);
     ok &= StoreF16(out, d * static_cast<float>(sc));
     ok &= StoreF16(out + 2, -(dmin * static_cast<float>(mn)));
-    // Sub-block s is the low (even s) or high (odd s) nibbles of qs[32·(s / 2) + l].
     const uint8_t* src = qs + 32 * (s / 2);
     const int shift = 4 * (s % 2);
+    if constexpr (kQ5) {
+      uint32_t bits = 0;
+      for (int l = 0; l < 32; ++l) bits |= static_cast<uint32_t>((qh[l] >> s) & 1) << l;
+      std::memcpy(out + 4, &bits, 4);
+    }
     for (int j = 0; j < 16; ++j)
-      out[4 + j] =
+      out[kOutQs + j] =
           static_cast<uint8_t>(((src[j] >> shift) & 0xF) | (((src[j + 16] >> shift) & 0xF) << 4));
   }
   return ok;
 }
 
-// 8 Q8_0 blocks from one IQ4_XS super-block.
-bool Iq4XsToQ8_0(const uint8_t* b, uint8_t* out) {
+// 8 IQ4_NL blocks from one IQ4_XS super-block: the same nibbles, the scale d·(ls − 32) in fp16.
+bool Iq4XsToIq4Nl(const uint8_t* b, uint8_t* out) {
   const float d = LoadF16(b);
   uint16_t scales_h;
   std::memcpy(&scales_h, b + 2, 2);
   const uint8_t* scales_l = b + 4;
   const uint8_t* qs = b + 8;
   bool ok = true;
-  for (int ib = 0; ib < 8; ++ib, qs += 16, out += 34) {
+  for (int ib = 0; ib < 8; ++ib, qs += 16, out += 18) {
     const int ls =
         ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
-    int8_t q[32];
-    for (int j = 0; j < 16; ++j) {
-      q[j] = kIq4nlValues[qs[j] & 0xF];
-      q[j + 16] = kIq4nlValues[qs[j] >> 4];
-    }
-    ok &= Q8Block(d * static_cast<float>(ls - 32), q, out);
+    ok &= StoreF16(out, d * static_cast<float>(ls - 32));
+    std::memcpy(out + 2, qs, 16);
   }
   return ok;
 }
@@ -113,15 +86,14 @@ GgmlType ConvertedType(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_K:
       return GgmlType::kQ4_1;
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1:
+    case GgmlType::kQ5_K:
+      return GgmlType::kQ5_1;
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
-    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
-    case GgmlType::kIQ4_NL:
-    case GgmlType::kIQ4_XS:
       return GgmlType::kQ8_0;
+    case GgmlType::kIQ4_XS:
+      return GgmlType::kIQ4_NL;
     default:
       return type;
   }
@@ -136,17 +108,14 @@ bool ConvertRow(GgmlType type, const uint8_t* src, uint8_t* dst, int64_t n) {
       static_cast<int64_t>(in->block_size / out->block_size) * out->block_bytes;
   bool (*block)(const uint8_t*, uint8_t*) = nullptr;  // one input block's conversion
   switch (type) {
-    case GgmlType::kQ5_0:
-      block = Q5_0ToQ8_0;
-      break;
-    case GgmlType::kIQ4_NL:
-      block = Iq4NlToQ8_0;
+    case GgmlType::kQ5_K:
+      block = KQuantToType1<true>;
       break;
     case GgmlType::kQ4_K:
-      block = Q4_KToQ4_1;
+      block = KQuantToType1<false>;
       break;
     case GgmlType::kIQ4_XS:
-      block = Iq4XsToQ8_0;
+      block = Iq4XsToIq4Nl;
       break;
     default:
       break;
