@@ -219,22 +219,19 @@ template <GgmlType T>
 void ExpandRow(const uint8_t* row, int64_t nb, const TailGroup* tail, uint8_t* out) {
   const int64_t full = nb / 4;
   __m256i w[4];
-  for (int64_t g = 0; g <= full; ++g) {
-    if (g < full) {
-      UnpackGroup<T>(row + 64 * g, row + nb * 16 + 16 * g, w);
-    } else if (tail != nullptr) {
-      UnpackGroup<T>(tail->qs, tail->qh, w);
-    } else {
-      break;
-    }
+  auto store = [&](int64_t g) {
     for (int k = 0; k < 4; ++k)
       _mm256_store_si256(reinterpret_cast<__m256i*>(out + 128 * g + 32 * k), w[k]);
+  };
+  for (int64_t g = 0; g < full; ++g) {
+    UnpackGroup<T>(row + 64 * g, row + nb * 16 + 16 * g, w);
+    store(g);
+  }
+  if (tail != nullptr) {
+    UnpackGroup<T>(tail->qs, tail->qh, w);
+    store(full);
   }
 }
-
-// Token blocks of at least this many tokens unpack each row once (ExpandRow) instead of once per
-// 4 tokens (bench/matmul_bench, docs/PERFORMANCE.md).
-constexpr int64_t kExpandMinTokens = 8;
 
 template <GgmlType T, bool kExpanded>
 void RowTokens(const uint8_t* row, int64_t nb, int64_t cols, const TailGroup* tail,

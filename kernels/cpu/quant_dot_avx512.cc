@@ -164,11 +164,6 @@ void RowsTokens(const uint8_t* const* rows, const uint8_t* const* exp, int64_t n
   }
 }
 
-// Token blocks of at least this many tokens unpack each row once (ExpandRow) instead of once per
-// 4 tokens: +20 % on Q5_0 / Q5_1 products of 16-512 tokens, +5 % on Q4_1 (bench/matmul_bench,
-// docs/PERFORMANCE.md).
-constexpr int64_t kExpandMinTokens = 8;
-
 template <GgmlType T>
 void GemmSplitT(const uint8_t* w, size_t w_stride, int64_t nrows, int64_t cols,
                 const uint8_t* acts, size_t act_stride, int64_t n_tokens, float* y, int64_t ldy) {

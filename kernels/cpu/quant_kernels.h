@@ -143,6 +143,11 @@ bool DequantRowBf16ForTest(GgmlType type, const uint8_t* split_row, int64_t nb, 
 // every row of the range streams past them.
 inline constexpr int64_t kTokenBlock = 32;
 
+// Token blocks of at least this many tokens unpack each weight row once into a buffer (the SIMD
+// kernels' ExpandRow) instead of once per 4 tokens: +20 % on Q5_0 / Q5_1 products of 16-512
+// tokens, +5 % on Q4_1 (bench/matmul_bench, docs/PERFORMANCE.md).
+inline constexpr int64_t kExpandMinTokens = 8;
+
 // Products of at least this many tokens take the AMX path where it exists (measured:
 // bench/matmul_bench, docs/PERFORMANCE.md).
 inline constexpr int64_t kAmxMinTokens = 12;
