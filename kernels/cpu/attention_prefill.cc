@@ -16,9 +16,9 @@
 #include <limits>
 
 #include "common/log.h"
-#include "kernels/cpu/aligned_scratch.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention512.h"
+#include "kernels/cpu/attention_prefill_block.h"
 #include "kernels/cpu/simd512.h"
 
 namespace tinyserve {
@@ -49,12 +49,7 @@ void LoadTile(const KvSpan& s, int off, int n, int d, float* kt, float* vt) {
   }
 }
 
-struct State {
-  float* q;  // [m_pad][d] pre-scaled queries
-  float* o;  // [m_pad][d] unnormalised outputs
-  float* m;  // [m_pad] running max (base 2)
-  float* l;  // [m_pad] running sum
-};
+using prefill_block::State;
 
 // One register block of query vectors m0..m0+kMr-1 (those >= m_end are padding) against one
 // tile of n tokens at positions j0.. . Query vector m belongs to row m / n_q at position
@@ -118,53 +113,10 @@ void BlockTile(const State& st, int m0, int m_end, int n_q, int d, int64_t pos0,
 void AttendCausalBlockAvx512(const float* q, int64_t q_stride, int n_rows, int n_q, int d,
                              int64_t pos0, const KvSpan* spans, int n_spans, float scale,
                              float* out, int64_t out_stride) {
-  TS_CHECK(d % 32 == 0 && d <= 256) << d;
-  const int m_total = n_rows * n_q;
-  const int m_pad = (m_total + kMr - 1) / kMr * kMr;
-  static thread_local AlignedScratch buf;
-  const size_t vec = static_cast<size_t>(m_pad) * d;
-  float* base = reinterpret_cast<float*>(
-      buf.Get((2 * vec + 2 * static_cast<size_t>(m_pad) + 2 * kTok * d) * sizeof(float) + 64));
-  State st{base, base + vec, base + 2 * vec, base + 2 * vec + m_pad};
-  float* kt = base + 2 * vec + 2 * static_cast<size_t>(m_pad);  // [d][16]
-  float* vt = kt + kTok * d;                                    // [16][d]
   // Queries in base 2: s·log2 e, so that exp(s) = 2^(s·log2 e).
-  const float qscale = scale * 1.44269504088896341f;
-  for (int m = 0; m < m_pad; ++m) {
-    float* dst = st.q + static_cast<size_t>(m) * d;
-    if (m >= m_total) {
-      std::memset(dst, 0, d * sizeof(float));
-    } else {
-      const float* src = q + (m / n_q) * q_stride + (m % n_q) * d;
-      for (int c = 0; c < d; c += 16)
-        _mm512_store_ps(dst + c, _mm512_mul_ps(_mm512_loadu_ps(src + c), _mm512_set1_ps(qscale)));
-    }
-    st.m[m] = -std::numeric_limits<float>::infinity();
-    st.l[m] = 0.0f;
-  }
-  std::memset(st.o, 0, vec * sizeof(float));
-  const int64_t end = pos0 + n_rows;  // tokens the last row sees
-  int64_t j0 = 0;
-  for (int sp = 0; sp < n_spans && j0 < end; ++sp) {
-    for (int off = 0; off < spans[sp].n && j0 < end;) {
-      const int n = static_cast<int>(std::min<int64_t>({kTok, spans[sp].n - off, end - j0}));
-      LoadTile(spans[sp], off, n, d, kt, vt);
-      // Rows before j0 - pos0 see none of this tile: start at the register block of the first
-      // one that does.
-      const int m_first = static_cast<int>(std::max<int64_t>(0, j0 - pos0)) * n_q;
-      for (int m0 = m_first / kMr * kMr; m0 < m_total; m0 += kMr)
-        BlockTile(st, m0, m_total, n_q, d, pos0, j0, n, kt, vt);
-      off += n;
-      j0 += n;
-    }
-  }
-  for (int m = 0; m < m_total; ++m) {
-    const float inv = 1.0f / st.l[m];
-    const float* o = st.o + static_cast<size_t>(m) * d;
-    float* dst = out + (m / n_q) * out_stride + (m % n_q) * d;
-    for (int c = 0; c < d; c += 16)
-      _mm512_storeu_ps(dst + c, _mm512_mul_ps(_mm512_load_ps(o + c), _mm512_set1_ps(inv)));
-  }
+  prefill_block::AttendCausalBlock<kTok, kMr, LoadTile, BlockTile>(
+      q, q_stride, n_rows, n_q, d, pos0, spans, n_spans, scale * 1.44269504088896341f, out,
+      out_stride);
 }
 
 }  // namespace tinyserve
