@@ -234,7 +234,8 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
              "the worker read adapter files");
   flags.String("served-model-name", &ef.options.served_model_name,
                "the name the APIs serve the model by (default: its own name)");
-  flags.Int("max-queue", &ef.options.max_queue, "waiting requests before RESOURCE_EXHAUSTED");
+  flags.Int("max-queue", &ef.options.max_queue,
+            "requests waiting beyond the free batch slots before RESOURCE_EXHAUSTED");
   flags.Int("max-step-tokens", &ef.options.max_step_tokens, "prefill tokens per step");
   flags.Int64("kv-pages", &ef.options.kv_pages, "KV pages in the pool (0: from kv-memory-mb)");
   flags.String("kv-dtype", &ef.options.kv_dtype, "KV storage: f16 or int8");

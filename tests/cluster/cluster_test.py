@@ -247,6 +247,10 @@ class ClusterTest(cl.ClusterCase):
             if out["res"].complete.finish_reason == S.pb.FINISH_REASON_LENGTH:
                 self.assertEqual(out["res"].complete.usage.completion_tokens, 400)
         self.assertTrue(cl.wait_for(lambda: used() == baseline, 10))
+        # Only live ids come back: the finished one and an unknown one are not echoed.
+        none = S.grpc.TinyServeStub(cl.channel(r.address)).Abort(
+            S.pb.AbortRequest(request_ids=[rid, "no-such-id"]), timeout=5)
+        self.assertEqual(list(none.aborted), [])
 
     # (e)
     def test_bad_requests(self):

@@ -14,6 +14,11 @@ Cases (one CTest entry each, -k test_NAME):
                           freed, and counted as HTTP 499
   sigterm_drains          SIGTERM to the router: a running HTTP stream still completes, new
                           requests get 503, and the router exits 0
+  limits                  a worker whose KV pool (--kv-pages 4, 64 tokens) is smaller than the
+                          model's context serves a 64-token context: a request past it ends with
+                          finish_reason length, no preemption, pages back; clients that send
+                          their headers and stall their body (as many as --http-threads) get 408
+                          within the 10 s read timeout, and /health and completions are served
   api_key                 with --api-key, requests without the bearer token get 401 (the
                           client's AuthenticationError), as do Anthropic clients without the
                           x-api-key; /health stays open
@@ -353,6 +358,42 @@ class OpenAiHttpTest(cl.ClusterCase):
         self.assertEqual(chunks[-1].choices[0].finish_reason, "length")
         self.assertGreater(len(text), 0)
         self.assertEqual(r.wait(timeout=20), 0)
+
+    def test_limits(self):
+        w = self.cluster.worker("--kv-pages", "4")
+        r = self.cluster.router([w], "--http-threads", "2")
+        api = client(r.http_port)
+        out = api.completions.create(model="m", prompt="Once upon a time", max_tokens=64,
+                                     temperature=0, extra_body={"ignore_eos": True})
+        self.assertEqual(out.choices[0].finish_reason, "length")
+        self.assertEqual(out.usage.prompt_tokens + out.usage.completion_tokens, 64)
+        self.assertEqual(api.models.list().data[0].max_model_len, 64)
+        text = w.metrics()
+        self.assertEqual(cl.metric(text, "tinyserve_preemptions_total") or 0, 0)
+        self.assertEqual(cl.metric(text, "tinyserve_kv_pages_used"), 0)
+        # Both HTTP threads held by clients that stall their body: each gets 408 once the read
+        # times out (10 s), and the API serves again.
+        stalled = []
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", r.http_port))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: 100\r\n\r\n{\"a\":")
+            stalled.append(s)
+        start = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{r.http_port}/health", timeout=30) as h:
+            self.assertEqual(h.status, 200)
+        self.assertLess(time.monotonic() - start, 15)
+        for s in stalled:
+            s.settimeout(20)
+            answer = b""
+            while chunk := s.recv(4096):  # then the server closes the connection
+                answer += chunk
+            answer = answer.decode(errors="replace")
+            self.assertTrue(answer.startswith("HTTP/1.1 408"), answer)
+            self.assertIn("the body stopped after 5 of its 100 bytes", answer)
+            s.close()
+        ok = api.completions.create(model="m", prompt="Once", max_tokens=4, temperature=0)
+        self.assertEqual(ok.usage.completion_tokens, 4)
 
     def test_api_key(self):
         import openai

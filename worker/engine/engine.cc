@@ -233,10 +233,6 @@ absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
     TS_RETURN_IF_ERROR(ValidateSelectionSpec(*r.selection, opts.page_size));
     if (cuda) TS_RETURN_IF_ERROR(ValidateCudaSelection(*r.selection));
   }
-  const int64_t need = (static_cast<int64_t>(r.prompt_ids.size()) + 1 + opts.page_size - 1) / opts.page_size;
-  if (need > pages->num_pages())
-    return absl::ResourceExhaustedError(absl::StrCat("prompt needs ", need,
-                                                     " KV pages; the pool has ", pages->num_pages()));
   return absl::OkStatus();
 }
 
@@ -357,7 +353,7 @@ std::optional<FinishReason> Engine::Impl::TakeText(Sequence& s, int32_t id, std:
     reason = FinishReason::kStopToken;
     s.usage.stop_token_id = id;
   } else {
-    s.held += s.utf8.Push(tok->TokenBytes(id));
+    if (!sp.skip_special_tokens || !tok->IsControl(id)) s.held += s.utf8.Push(tok->TokenBytes(id));
     // A stop string ends the output before it; text that could begin one is held back.
     // Before min_tokens nothing stops it.
     size_t cut = std::string::npos;
@@ -1187,6 +1183,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     if (l.name == impl->served_name)
       return absl::InvalidArgumentError(absl::StrCat(
           "--lora: adapter name '", l.name, "' is the served model's name (pick another)"));
+  // A sequence that outgrows the whole pool could only preempt itself and start over, forever:
+  // the context is at most what the pool holds (llama.cpp's n_ctx is its KV size too).
+  if (const int64_t pool_tokens = n_pages * options.page_size; pool_tokens < impl->max_context) {
+    TS_LOG(WARNING) << "the KV pool holds " << pool_tokens << " tokens (" << n_pages << " pages of "
+                    << options.page_size << "): the context is " << pool_tokens << " tokens, not "
+                    << impl->max_context;
+    impl->max_context = static_cast<int>(pool_tokens);
+  }
   impl->pages = std::make_unique<PagePool>(n_pages, options.page_size);
   TS_RETURN_IF_ERROR(ValidateSelectionSpec(options.default_selection, options.page_size));
   if (impl->tp != nullptr) {
@@ -1302,9 +1306,12 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
       return absl::InvalidArgumentError(
           absl::StrCat("lora_adapter: adapter ", s->req.lora, " is not loaded"));
     if (!m.tp_status.ok()) return m.tp_status;
-    if (static_cast<int>(m.waiting.size()) >= m.opts.max_queue && !s->internal)
+    // Requests the next step admits into free batch slots are not waiting: a burst to an idle
+    // worker fills its batch and then its queue.
+    const int free_slots = std::max(0, m.opts.max_batch - m.stats.running);
+    if (static_cast<int>(m.waiting.size()) >= m.opts.max_queue + free_slots && !s->internal)
       return absl::ResourceExhaustedError(
-          absl::StrCat("queue full: ", m.waiting.size(), " requests waiting"));
+          absl::StrCat("queue full: ", m.opts.max_queue, " requests waiting"));
     // Ordered by priority, FIFO within one (a plain push_back when all are equal).
     auto at = m.waiting.end();
     while (at != m.waiting.begin() && (*std::prev(at))->req.priority > s->req.priority) --at;

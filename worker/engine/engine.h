@@ -53,7 +53,7 @@ struct EngineOptions {
   int max_context = 0;           // 0: the model's trained context
   int max_batch = 16;            // running sequences per step
   int max_step_tokens = 512;     // prefill chunk budget per step (chunked prefill)
-  int max_queue = 256;           // waiting requests before RESOURCE_EXHAUSTED
+  int max_queue = 256;           // waiting beyond free batch slots before RESOURCE_EXHAUSTED
   bool prefix_caching = true;
   SelectionSpec default_selection;  // the server's policy; requests may override
   // Speculative decoding by prompt lookup (worker/engine/ngram_draft.h): a decoding sequence

@@ -190,6 +190,51 @@ TEST(Engine, PreemptionUnderPagePressureKeepsOutputs) {
   EXPECT_EQ(e->Stats().kv_pages_used, 0);
 }
 
+// With ignore_eos the end-of-text token can be drawn: it adds no text unless
+// skip_special_tokens is off (vLLM's and llama.cpp's default).
+TEST(Engine, ControlTokensAddNoTextUnlessAsked) {
+  auto e = MakeEngine();
+  const int32_t eos = e->tokenizer().data().eos_id;
+  ASSERT_TRUE(e->tokenizer().IsControl(eos));
+  for (const bool skip : {true, false}) {
+    GenerateRequest r = Greedy(*e, "Once upon a time", 3, /*ignore_eos=*/true);
+    r.sampling.logit_bias = {{eos, 100.0f}};
+    r.sampling.skip_special_tokens = skip;
+    auto sink = std::make_shared<CollectSink>();
+    ASSERT_TRUE(e->Submit(r, sink).ok());
+    e->RunUntilIdle();
+    EXPECT_EQ(sink->ids, std::vector<int32_t>(3, eos));
+    const std::string piece = e->tokenizer().TokenBytes(eos);
+    EXPECT_EQ(sink->text, skip ? "" : piece + piece + piece) << skip;
+  }
+}
+
+// A pool smaller than the model's context bounds the context: a lone sequence that would
+// outgrow the pool ends with length where the pool is full, instead of preempting itself and
+// starting over forever; a prompt past it is refused naming the prompt.
+TEST(Engine, AContextPastThePoolEndsWithLength) {
+  EngineOptions o = Options();
+  o.kv_pages = 4;  // 64 tokens; stories260K's context is 512
+  auto e = MakeEngine(o);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->max_context(), 64);
+  GenerateRequest r = Greedy(*e, "Once upon a time", 64);  // 5 + 64 tokens
+  r.sampling.ignore_eos = true;
+  auto sink = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(r, sink).ok());
+  e->RunUntilIdle();
+  EXPECT_EQ(sink->reason, FinishReason::kLength);
+  EXPECT_EQ(r.prompt_ids.size() + sink->ids.size(), 64u);
+  EXPECT_EQ(std::vector<int32_t>(sink->ids.begin(), sink->ids.begin() + 16),
+            std::vector<int32_t>(kStoriesGolden.begin(), kStoriesGolden.begin() + 16));
+  EXPECT_EQ(e->Stats().preemptions_total, 0);
+  EXPECT_EQ(e->Stats().kv_pages_used, 0);
+  r.prompt_ids.assign(64, 403);
+  const absl::Status st = e->Submit(r, std::make_shared<CollectSink>());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("prompt"), std::string::npos) << st;
+}
+
 // Speculative decoding (prompt lookup) changes how many tokens a step makes, not which: every
 // row samples as a plain step would, rejected rows are rolled out of the pages (the quest boxes
 // included), so greedy and seeded outputs equal the plain engine's. Quest with a small budget
@@ -551,11 +596,12 @@ TEST(Engine, ContinuationResumesTheStreamWhereAnotherWorkerStopped) {
 TEST(Engine, FullQueueIsResourceExhaustedAndDrainIsUnavailable) {
   EngineOptions o = Options();
   o.max_queue = 2;
+  o.max_batch = 2;
   auto e = MakeEngine(o);
   auto sink = std::make_shared<CollectSink>();
-  ASSERT_TRUE(e->Submit(Greedy(*e, "a", 4), sink).ok());
-  ASSERT_TRUE(e->Submit(Greedy(*e, "b", 4), sink).ok());
-  EXPECT_EQ(e->Submit(Greedy(*e, "c", 4), sink).code(), absl::StatusCode::kResourceExhausted);
+  // An idle engine takes its batch (2) and then its queue (2).
+  for (const char* p : {"a", "b", "c", "d"}) ASSERT_TRUE(e->Submit(Greedy(*e, p, 4), sink).ok());
+  EXPECT_EQ(e->Submit(Greedy(*e, "e", 4), sink).code(), absl::StatusCode::kResourceExhausted);
   e->Drain();
   e->RunUntilIdle();
   EXPECT_EQ(e->Submit(Greedy(*e, "d", 4), sink).code(), absl::StatusCode::kUnavailable);

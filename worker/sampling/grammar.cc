@@ -221,6 +221,8 @@ class GrammarBuilder {
         v = v << 4 | static_cast<uint32_t>(d);
       }
       if (v > kMaxCodePoint) return Fail(at, "the escape is past U+10FFFF");
+      // No UTF-8 text holds one: a grammar naming it could never match.
+      if (v >= 0xD800 && v <= 0xDFFF) return Fail(at, "the escape is a surrogate (U+D800..U+DFFF)");
       *cp = v;
       return true;
     }

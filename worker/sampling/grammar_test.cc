@@ -149,6 +149,8 @@ loop ::= "c" loop)g");
   EXPECT_EQ(Feed(g, "a"), -1);
   EXPECT_EQ(Feed(g, "b"), 0);  // would be a dead end
   EXPECT_TRUE(absl::StrContains(ErrorOf("root ::= loop\nloop ::= \"c\" loop"), "matches no text"));
+  // Nor can a surrogate, which no UTF-8 text holds.
+  EXPECT_TRUE(absl::StrContains(ErrorOf(R"g(root ::= [\uD800-\uDFFF])g"), "surrogate"));
 }
 
 TEST(Grammar, AmbiguityIsMergedAndCapped) {

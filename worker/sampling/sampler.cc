@@ -16,6 +16,8 @@ int32_t Argmax(const float* x, int n) {
 
 Sampler::Sampler(const SamplingParams& params, std::vector<int32_t> end_ids)
     : p_(params), rng_(params.seed) {
+  // A temperature this small is greedy (vLLM's _SAMPLING_EPS): 1/t would overflow the logits.
+  if (p_.temperature < 1e-5f) p_.temperature = 0.0f;
   if (p_.min_tokens > 0) {
     held_back_ = std::move(end_ids);
     held_back_.insert(held_back_.end(), p_.stop_token_ids.begin(), p_.stop_token_ids.end());
@@ -55,7 +57,9 @@ SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t
     for (int32_t id : seen) {
       if (id < 0 || id >= vocab) continue;
       float& v = logits[id];
-      v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
+      // (Clamped: a tiny penalty would divide a logit past the float range.)
+      constexpr float kMax = std::numeric_limits<float>::max();
+      v = v > 0 ? std::min(v / p_.repetition_penalty, kMax) : v * p_.repetition_penalty;
     }
   }
   SampleResult r = Draw(logits, vocab);

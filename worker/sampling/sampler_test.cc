@@ -86,6 +86,31 @@ TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
   EXPECT_EQ(s.Sample(l.data(), 3, {0}).id, 1);
 }
 
+// Extreme but valid values stay finite: a temperature under 1e-5 is greedy (as in vLLM), a
+// repetition penalty near 0 saturates the logit instead of overflowing it.
+TEST(Sampler, TinyTemperatureAndPenaltyStayFinite) {
+  auto l = RandomLogits(1000, 3);
+  SamplingParams p;
+  p.temperature = 1e-39f;  // subnormal: 1/t is inf
+  p.logprobs = 1;
+  auto r = Sampler(p).Sample(l.data(), 1000, {});
+  EXPECT_EQ(r.id, Argmax(l.data(), 1000));
+  EXPECT_TRUE(std::isfinite(r.logprob)) << r.logprob;
+  std::vector<float> m = {5.0f, 4.9f, 1.0f};
+  SamplingParams q;
+  q.temperature = 1.0f;
+  q.repetition_penalty = 1e-38f;
+  q.logprobs = 2;
+  for (int seed = 0; seed < 4; ++seed) {
+    q.seed = seed;
+    std::vector<float> v = m;
+    auto s = Sampler(q).Sample(v.data(), 3, {1});
+    EXPECT_EQ(s.id, 1);
+    EXPECT_EQ(s.logprob, 0.0f);
+    for (auto& [id, lp] : s.top) EXPECT_FALSE(std::isnan(lp)) << id;
+  }
+}
+
 TEST(Sampler, PresenceAndFrequencyPenaltiesCountOnlyTheOutput) {
   // history = prompt {2, 2, 2} + output {0, 0, 1}: logits 0, 1 drop by presence + count x
   // frequency; token 2 appears only in the prompt and keeps its logit.

@@ -27,6 +27,7 @@ struct SamplingParams {
   std::vector<std::string> stop;   // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  bool skip_special_tokens = true;  // control tokens add no text (vLLM's and llama.cpp's default)
   std::string response_format;     // "" or "text": free; "json_object": one JSON object;
                                    // "json_schema": a value matching json_schema;
                                    // "regex": a text matching regex;

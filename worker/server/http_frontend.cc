@@ -262,8 +262,9 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   const std::string threads = std::to_string(options.threads);
   const char* mg_options[] = {"listening_ports", listen.c_str(), "num_threads", threads.c_str(),
                               "enable_keep_alive", "yes",
-                              // per read or write: a stalled client, not a slow stream
-                              "request_timeout_ms", "60000", nullptr};
+                              // for the headers, each body read and each write: a client
+                              // that stalls holds a thread at most this long
+                              "request_timeout_ms", "10000", nullptr};
   mg_callbacks callbacks{};
   static thread_local std::string last_error;
   last_error.clear();
@@ -396,11 +397,26 @@ int HttpFrontend::Route(mg_connection* conn) {
       return SendError(conn, 413, too_large, "invalid_request_error");
     }
     char buf[16384];
-    for (int n; (n = mg_read(conn, buf, sizeof(buf))) > 0;) {
-      body.append(buf, n);
+    const int64_t length = ri->content_length;  // -1: chunked
+    while (length < 0 || static_cast<int64_t>(body.size()) < length) {
+      const int want = static_cast<int>(
+          length < 0 ? sizeof(buf)
+                     : std::min<int64_t>(sizeof(buf), length - static_cast<int64_t>(body.size())));
+      // civetweb returns less than asked only when the client stalled past request_timeout_ms
+      // or closed: the request ends here rather than holding its thread for another read.
+      const int n = mg_read(conn, buf, want);
+      if (n > 0) body.append(buf, n);
       if (body.size() > static_cast<size_t>(options_.max_body_bytes)) {
         return SendError(conn, 413, too_large, "invalid_request_error");
       }
+      if (length < 0 ? n <= 0 : n < want) break;
+    }
+    if (length >= 0 && static_cast<int64_t>(body.size()) < length) {
+      mg_disable_connection_keep_alive(conn);  // not another 10 s waiting for the rest
+      return SendError(conn, 408,
+                       absl::StrCat("the body stopped after ", body.size(), " of its ", length,
+                                    " bytes (Content-Length)"),
+                       "invalid_request_error");
     }
     return (this->*route->handler)(conn, body);
   };

@@ -420,7 +420,11 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
                          v1::GenerateRequest* base, ParsedRequest* out) {
   v1::SamplingOptions* s = base->mutable_sampling();
   s->set_temperature(static_cast<float>(f.Number("temperature").value_or(1.0)));
-  if (auto v = f.Number("top_p")) s->set_top_p(static_cast<float>(*v));
+  if (auto v = f.Number("top_p")) {
+    // 0 keeps only the most likely token, as in OpenAI's API and llama.cpp (the proto's 0 is
+    // "unset": the smallest positive float says it).
+    s->set_top_p(*v == 0 ? std::numeric_limits<float>::min() : static_cast<float>(*v));
+  }
   if (auto v = f.Integer("top_k", -1, std::numeric_limits<int32_t>::max())) {
     s->set_top_k(*v < 0 ? 0 : static_cast<int32_t>(*v));
   }
@@ -464,6 +468,7 @@ absl::Status ParseCommon(Endpoint endpoint, Fields& f, const ServedModel& model,
     }
   }
   if (auto v = f.Bool("ignore_eos")) s->set_ignore_eos(*v);
+  if (auto v = f.Bool("skip_special_tokens")) s->set_skip_special_tokens(*v);
   if (auto v = f.Integer("prompt_logprobs", 0, 20)) {  // vLLM's
     s->set_prompt_logprobs(static_cast<int32_t>(*v));
     out->prompt_logprobs = true;

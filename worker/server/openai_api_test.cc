@@ -91,6 +91,13 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
   EXPECT_FLOAT_EQ(s.temperature(), 0);
   EXPECT_FLOAT_EQ(s.top_p(), 0.5f);
   EXPECT_EQ(s.top_k(), 0);
+  // top_p 0 keeps only the most likely token (it is not the proto's "unset").
+  const float top_p0 = MustParse(Endpoint::kCompletions, R"({"prompt": "x", "top_p": 0})")
+                           .calls[0]
+                           .sampling()
+                           .top_p();
+  EXPECT_GT(top_p0, 0.0f);
+  EXPECT_LT(top_p0, 1e-30f);
   EXPECT_FLOAT_EQ(s.min_p(), 0.1f);
   EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.2f);
   EXPECT_FLOAT_EQ(s.presence_penalty(), 0.5f);

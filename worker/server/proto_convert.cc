@@ -48,6 +48,7 @@ SamplingParams ToSampling(const v1::SamplingOptions& s) {
   p.stop.assign(s.stop().begin(), s.stop().end());
   p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   p.ignore_eos = s.ignore_eos();
+  p.skip_special_tokens = !s.has_skip_special_tokens() || s.skip_special_tokens();
   p.logprobs = s.has_logprobs() ? s.logprobs() : -1;
   p.prompt_logprobs = s.has_prompt_logprobs() ? s.prompt_logprobs() : -1;
   return p;

@@ -42,6 +42,11 @@ void WorkerState::RemoveLive(const std::string& id) {
   cancellers_.erase(id);
 }
 
+bool WorkerState::IsLive(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.count(id) > 0;
+}
+
 bool WorkerState::Cancel(const std::string& id) {
   std::function<void()> cancel;
   {
@@ -76,9 +81,11 @@ grpc::ServerUnaryReactor* TinyServeService::Abort(grpc::CallbackServerContext* c
     return FinishNow(context, s);
   }
   for (const std::string& id : request->request_ids()) {
-    // (Both: the engine takes any id and says true.)
+    // Both: a call with a canceller (Embed) or an engine request. Only live ids are echoed.
+    const bool live = state_->IsLive(id);
     state_->Cancel(id);
-    if (state_->engine->Abort(id)) response->add_aborted(id);
+    state_->engine->Abort(id);
+    if (live) response->add_aborted(id);
   }
   return FinishNow(context, grpc::Status::OK);
 }

@@ -48,6 +48,7 @@ struct WorkerState {
   // that is not one engine request (Embed) gives how to cancel it, for Abort.
   bool AddLive(const std::string& id, std::function<void()> cancel = nullptr);
   void RemoveLive(const std::string& id);  // also drops its canceller
+  bool IsLive(const std::string& id);
   std::string NewRequestId();
   // Runs the live call's canceller (outside the lock); false when there is none.
   bool Cancel(const std::string& id);

@@ -72,6 +72,11 @@ bool Tokenizer::IsSpecial(int32_t id) const {
   return t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown;
 }
 
+bool Tokenizer::IsControl(int32_t id) const {
+  return id >= 0 && id < vocab_size() && !data_.types.empty() &&
+         data_.types[id] == TokenType::kControl;
+}
+
 bool IsValidUtf8(std::string_view s) {
   size_t offset = 0;
   while (offset < s.size()) {

@@ -65,6 +65,7 @@ class Tokenizer {
   int32_t eos_id() const { return data_.eos_id; }
   bool IsEog(int32_t id) const;
   bool IsSpecial(int32_t id) const;  // CONTROL, USER_DEFINED or UNKNOWN
+  bool IsControl(int32_t id) const;  // CONTROL (end of text, chat markers)
 
  protected:
   explicit Tokenizer(TokenizerData data) : data_(std::move(data)) {}
