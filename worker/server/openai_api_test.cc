@@ -294,7 +294,8 @@ TEST(OpenAiParse, BadInputNamesTheField) {
   // Nesting is bounded before parsing (deep JSON would exhaust a stack later on).
   std::string deep = R"({"prompt": "x", "selection": )";
   for (int i = 0; i < 40; ++i) deep += R"({"params": )";
-  deep += "1" + std::string(41, '}');
+  deep += '1';
+  deep.append(41, '}');
   EXPECT_EQ(ParamOf(kC, deep), "<none>");
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})"),
             "<ok>");  // brackets inside strings do not count
