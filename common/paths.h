@@ -5,7 +5,10 @@
 //   TINYSERVE_CACHE  downloads such as the default model (default: ~/.cache/tinyserve)
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include "absl/status/statusor.h"
 
 namespace tinyserve {
 
@@ -16,5 +19,8 @@ std::string DefaultModelPath();
 // stories260K.gguf under DataDir().
 std::string Stories260kPath();
 bool FileExists(const std::string& path);
+// The bytes of a regular file of at most `max_bytes`. A FIFO, device or folder is refused
+// (InvalidArgument) without blocking on it or reading it; NotFound when the path is absent.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes);
 
 }  // namespace tinyserve

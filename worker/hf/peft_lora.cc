@@ -10,10 +10,9 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/paths.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "worker/hf/hf_names.h"
@@ -41,11 +40,11 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> OpenPeftLoraAdapter(const std::stri
                                                                  const std::string& dir,
                                                                  const ModelConfig& base) {
   auto fail = [&](const std::string& what) { return LoraError(name, dir, what); };
-  std::ifstream cf(dir + "/adapter_config.json");
-  if (!cf) return fail("a folder without adapter_config.json (not a PEFT adapter)");
-  std::stringstream text;
-  text << cf.rdbuf();
-  const json config = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> text = ReadRegularFile(dir + "/adapter_config.json", 1 << 20);
+  if (absl::IsNotFound(text.status()))
+    return fail("a folder without adapter_config.json (not a PEFT adapter)");
+  if (!text.ok()) return fail(absl::StrCat("adapter_config.json: ", text.status().message()));
+  const json config = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) return fail("adapter_config.json is not a JSON object");
   auto get = [&](const char* key) { return config.contains(key) ? config[key] : json(); };
   if (const json t = get("peft_type"); !t.is_null() && t != "LORA")
@@ -73,7 +72,7 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> OpenPeftLoraAdapter(const std::stri
   absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(weights);
   if (!file.ok()) {
     if (absl::IsNotFound(file.status()))
-      return fail(std::ifstream(dir + "/adapter_model.bin")
+      return fail(FileExists(dir + "/adapter_model.bin")
                       ? "adapter_model.bin (a pickle) is not read: save the adapter with "
                         "safe_serialization=True (adapter_model.safetensors)"
                       : "no adapter_model.safetensors");

@@ -98,7 +98,7 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO: below)
   if (fd < 0) {
     if (errno == ENOENT)
       return absl::NotFoundError(absl::StrCat("safetensors: no file '", path, "'"));
@@ -111,6 +111,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat("safetensors: cannot stat '", path, "': ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("safetensors: '", path, "' is not a regular file"));
   }
   const size_t size = static_cast<size_t>(st.st_size);
   void* map = nullptr;

@@ -9,6 +9,8 @@
 //     the Hugging Face result, which checks the Q/K update permutation.
 // On stories260K (F32 llama) and scripts/make_test_models.py's llama-tiny. The end-to-end check
 // against llama.cpp with a LoRA on SmolLM2-135M is tests/cluster/lora_test.py.
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -423,6 +425,24 @@ TEST_F(LoraRunner, MalformedPeftFoldersAreRefusedNamingWhatIsWrong) {
     const std::string dir = ::testing::TempDir() + "/peft-none";
     std::filesystem::create_directories(dir);
     expect_error(dir, "without adapter_config.json");
+  }
+  {
+    // What a run-time load could name: neither waited on (a FIFO) nor read without end.
+    const std::string dir = WritePeft("peft-zero", one, 8);
+    std::filesystem::remove(dir + "/adapter_config.json");
+    std::filesystem::create_symlink("/dev/zero", dir + "/adapter_config.json");
+    expect_error(dir,
+                 "adapter_config.json: '" + dir + "/adapter_config.json' is not a regular file");
+    const std::string fifo = ::testing::TempDir() + "/adapter.fifo";
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    expect_error(fifo, "is not a regular file");
+    std::filesystem::remove(dir + "/adapter_config.json");
+    std::ofstream(dir + "/adapter_config.json")
+        << R"({"peft_type": "LORA", "r": 8, "lora_alpha": 8})";
+    std::filesystem::remove(dir + "/adapter_model.safetensors");
+    std::filesystem::rename(fifo, dir + "/adapter_model.safetensors");
+    expect_error(dir, "is not a regular file");
   }
   {
     std::vector<Update> bad = one;
