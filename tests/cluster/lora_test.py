@@ -277,6 +277,9 @@ class LoraTest(cl.ClusterCase):
 
         self.assertIn("removed", admin("unload_lora_adapter", {"lora_name": "tiny"}))
         self.assertEqual([m["id"] for m in get(r.http_port, "/v1/models")["data"]][1:], [])
+        # Its counter series goes with it (names loaded and unloaded do not pile up).
+        for w in (w1, w2):
+            self.assertNotIn('adapter="tiny"', w.metrics())
         req = ct.request("Once upon a time", max_tokens=4)
         req.lora_adapter = "tiny"
         res = ct.generate(r.address, req)

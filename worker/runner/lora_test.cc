@@ -316,6 +316,7 @@ std::string HfModule(const std::string& gguf) {
 std::string WritePeft(const std::string& dir_name, const std::vector<Update>& ups, float alpha,
                       const std::string& extra_config = "") {
   const std::string dir = ::testing::TempDir() + "/" + dir_name;
+  std::filesystem::remove_all(dir);  // (a FIFO left by an earlier run would block the writes)
   std::filesystem::create_directories(dir);
   int r = 0;
   std::vector<testing::FloatTensor> tensors;
@@ -443,6 +444,7 @@ TEST_F(LoraRunner, MalformedPeftFoldersAreRefusedNamingWhatIsWrong) {
     std::filesystem::remove(dir + "/adapter_model.safetensors");
     std::filesystem::rename(fifo, dir + "/adapter_model.safetensors");
     expect_error(dir, "is not a regular file");
+    std::filesystem::remove_all(dir);
   }
   {
     std::vector<Update> bad = one;

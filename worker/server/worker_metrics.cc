@@ -199,8 +199,24 @@ void WorkerMetrics::AddLora(int id, const std::string& name) {
                         .Register(*registry_);
   }
   if (id < 1) return;
-  if (lora_requests_.size() < static_cast<size_t>(id)) lora_requests_.resize(id, nullptr);
+  if (lora_requests_.size() < static_cast<size_t>(id)) {
+    lora_requests_.resize(id, nullptr);
+    lora_names_.resize(id);
+  }
   lora_requests_[id - 1] = &lora_family_->Add({{"adapter", name}});
+  lora_names_[id - 1] = name;
+}
+
+void WorkerMetrics::RemoveLora(const std::string& name) {
+  std::lock_guard<std::mutex> lock(lora_mu_);
+  for (size_t i = 0; i < lora_requests_.size(); ++i) {
+    if (lora_requests_[i] == nullptr || lora_names_[i] != name) continue;
+    // (One series per name: a reload under the name shares it until this removal.)
+    lora_family_->Remove(lora_requests_[i]);
+    for (size_t j = 0; j < lora_requests_.size(); ++j)
+      if (lora_names_[j] == name) lora_requests_[j] = nullptr;
+    return;
+  }
 }
 
 void WorkerMetrics::CountLoraRequest(int lora) {

@@ -58,9 +58,11 @@ class WorkerMetrics : public EngineObserver {
   void SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }
   // LoRA adapters: one tinyserve_lora_requests_total{adapter} series each, by id (those given
   // at start, and each loaded at run time: AddLora), and a count per request admitted with
-  // adapter id `lora` (1-based).
+  // adapter id `lora` (1-based). An unloaded adapter's series goes (RemoveLora), so loading
+  // and unloading many names does not grow /metrics without end.
   void DeclareLoras(const std::vector<LoraInfo>& loras);
   void AddLora(int id, const std::string& name);
+  void RemoveLora(const std::string& name);
   void CountLoraRequest(int lora);
 
   // EngineObserver (engine thread).
@@ -97,6 +99,7 @@ class WorkerMetrics : public EngineObserver {
   std::mutex lora_mu_;
   prometheus::Family<prometheus::Counter>* lora_family_ = nullptr;  // GUARDED_BY(lora_mu_)
   std::vector<prometheus::Counter*> lora_requests_;  // GUARDED_BY(lora_mu_) [adapter id - 1]
+  std::vector<std::string> lora_names_;              // GUARDED_BY(lora_mu_) [adapter id - 1]
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;
   prometheus::Histogram* e2e_;

@@ -237,7 +237,10 @@ grpc::ServerUnaryReactor* TinyServeService::UnloadLoraAdapter(
                                            "the worker with --allow-runtime-lora)"));
   }
   const absl::Status s = state_->engine->UnloadLora(request->lora_name());
-  if (s.ok()) TS_LOG(INFO) << "unloaded LoRA adapter '" << request->lora_name() << "'";
+  if (s.ok()) {
+    if (state_->metrics != nullptr) state_->metrics->RemoveLora(request->lora_name());
+    TS_LOG(INFO) << "unloaded LoRA adapter '" << request->lora_name() << "'";
+  }
   return FinishNow(context, ToGrpcStatus(s));
 }
 
