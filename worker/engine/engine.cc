@@ -1256,8 +1256,8 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;
   s->sampler = std::make_unique<Sampler>(sp, sp.ignore_eos ? std::vector<int32_t>() : m.eog_ids);
   if (sp.response_format == "json_object") {
-    s->sampler->SetConstraint(
-        std::make_unique<JsonObjectConstraint>(m.token_table, JsonRecognizer()));
+    s->sampler->SetConstraint(std::make_unique<JsonObjectConstraint>(
+        m.token_table, JsonRecognizer(/*object_only=*/true, /*trailing_space=*/false)));
   } else if (sp.response_format == "json_schema") {
     TS_ASSIGN_OR_RETURN(std::shared_ptr<const JsonSchema> schema,
                         JsonSchema::Compile(sp.json_schema));

@@ -120,7 +120,8 @@ bool JsonRecognizer::Byte(unsigned char c) {
       break;
   }
   // Between tokens of the grammar: bounded whitespace.
-  if (IsJsonWhitespace(c)) return ++whitespace_ <= kMaxJsonWhitespace;
+  if (IsJsonWhitespace(c))
+    return (mode_ != Mode::kDone || trailing_space_) && ++whitespace_ <= kMaxJsonWhitespace;
   whitespace_ = 0;
   switch (mode_) {
     case Mode::kStart:

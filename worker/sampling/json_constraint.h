@@ -9,7 +9,8 @@
 //                       other special tokens never.
 //
 // Bounds that keep a small model from looping inside the grammar: at most 24 whitespace bytes
-// in a row (pretty-printing fits), numbers of at most 32 bytes, nesting at most 32 deep.
+// in a row (pretty-printing fits), none after the value when decoding, numbers of at most 32
+// bytes, nesting at most 32 deep.
 // max_tokens still bounds the whole output (then finish_reason is "length", as with OpenAI).
 //
 // Thread safety: per request, like the Sampler that owns it.
@@ -45,7 +46,10 @@ inline constexpr int kMaxJsonNumber = 32;      // bytes of one number
 class JsonRecognizer {
  public:
   // object_only: the text must be an object (json_object); else any JSON value.
-  explicit JsonRecognizer(bool object_only = true) : object_only_(object_only) {}
+  // trailing_space: whitespace may follow the value (parsing text); decoding passes false, so
+  // the output ends where the value does (a small model would otherwise pad it to the bound).
+  explicit JsonRecognizer(bool object_only = true, bool trailing_space = true)
+      : object_only_(object_only), trailing_space_(trailing_space) {}
 
   // Feeds bytes. False when they cannot continue a JSON object text; the state is then
   // unspecified (feed a copy to test).
@@ -83,6 +87,7 @@ class JsonRecognizer {
   static constexpr int kMaxDepth = 32;
 
   bool object_only_ = true;
+  bool trailing_space_ = true;
   Mode mode_ = Mode::kStart;
   NumState num_ = NumState::kMinus;
   bool key_ = false;               // the string being read is an object key

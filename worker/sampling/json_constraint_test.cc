@@ -88,8 +88,9 @@ std::shared_ptr<TokenTable> Table(const std::vector<std::string>& tokens) {
 }
 
 TEST(JsonObjectConstraint, AllowsByGrammarEndOnlyWhenClosedSpecialNever) {
-  auto table = Table({"<eos>", "<sp>", "{", "}", "\"k\"", ":", " 1", "hello", "{\"", "k\":"});
-  JsonObjectConstraint c(table, JsonRecognizer());
+  auto table =
+      Table({"<eos>", "<sp>", "{", "}", "\"k\"", ":", " 1", "hello", "{\"", "k\":", "\n", "}\n"});
+  JsonObjectConstraint c(table, JsonRecognizer(/*object_only=*/true, /*trailing_space=*/false));
   EXPECT_FALSE(c.Allows(0));  // nothing yet
   EXPECT_FALSE(c.Allows(1));
   EXPECT_TRUE(c.Allows(2));
@@ -105,10 +106,15 @@ TEST(JsonObjectConstraint, AllowsByGrammarEndOnlyWhenClosedSpecialNever) {
   EXPECT_FALSE(c.Allows(5));  // a second colon
   c.Accept(6);                // 1
   EXPECT_FALSE(c.Allows(0));
-  c.Accept(3);  // }
+  EXPECT_TRUE(c.Allows(10));   // whitespace inside the object
+  EXPECT_FALSE(c.Allows(11));  // but not after it: decoding ends with the value
+  c.Accept(3);                 // }
   EXPECT_TRUE(c.Complete());
   EXPECT_TRUE(c.Allows(0));
   EXPECT_FALSE(c.Allows(2));
+  EXPECT_FALSE(c.Allows(10));
+  // Parsing (the default) takes trailing whitespace.
+  EXPECT_TRUE(Complete("{\"k\": 1}\n "));
 }
 
 TEST(RecognizerConstraint, AllowedTokensWalkSaysWhatAllowsSays) {

@@ -220,7 +220,7 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
     return absl::OkStatus();
   }
   if (!s.is_object()) return Bad(path, "must be a schema object");
-  for (const char* k : {"not", "if", "patternProperties", "prefixItems"}) {
+  for (const char* k : {"not", "if", "patternProperties", "prefixItems", "multipleOf"}) {
     if (s.contains(k)) return Bad(absl::StrCat(path, ".", k), "is not supported");
   }
   // "pattern" holds strings only (other types pass it by), so it needs the type said.
@@ -285,6 +285,17 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
           }
           node.keys.push_back(Dump(ojson(key)));
           node.children.push_back(child);
+        }
+      }
+      // Every property is written; a required name that is not one could never be.
+      if (auto r = s.find("required"); r != s.end()) {
+        if (!r->is_array()) return Bad(path + ".required", "must be a list of property names");
+        for (const ojson& name : *r) {
+          auto p = s.find("properties");
+          if (!name.is_string() || p == s.end() || !p->contains(name.get<std::string>())) {
+            return Bad(path + ".required",
+                       absl::StrCat("names ", Dump(name), ", which is not in \"properties\""));
+          }
         }
       }
     } else if (type == "array") {
@@ -580,7 +591,7 @@ bool SchemaRecognizer::StartValue(int node, unsigned char c) {
     case SchemaNode::Kind::kAnyOf:  // above
       return false;
     case SchemaNode::Kind::kAny:
-      any_ = JsonRecognizer(/*object_only=*/false);
+      any_ = JsonRecognizer(/*object_only=*/false, /*trailing_space=*/false);
       if (!any_.Byte(c)) return false;
       break;
     case SchemaNode::Kind::kObject:
@@ -628,7 +639,7 @@ bool SchemaRecognizer::StartValue(int node, unsigned char c) {
 bool SchemaRecognizer::Byte(unsigned char c) {
   const bool ws = IsJsonWhitespace(c);
   if (!ws) whitespace_ = 0;
-  if (done_) return ws && Whitespace();
+  if (done_) return false;  // the output ends with the value (no trailing whitespace)
   if (depth_ == 0) return ws ? Whitespace() : StartValue(0, c);
   Frame& f = stack_[depth_ - 1];
   const SchemaNode& n = NodeOf(f);

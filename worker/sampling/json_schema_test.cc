@@ -74,10 +74,12 @@ TEST(JsonSchema, AcceptsMatchingValuesAndEveryPrefix) {
       R"({"name":"B\"o\u00e9","age":-0,"height":-12,"languages":["x"],"role":3,"active":false,"extra":-1.5,"nothing":null})",
       "{\n  \"name\": \"C\",\n  \"age\": 7,\n  \"height\": 0.5,\n  \"languages\": [\"a\", \"b\", "
       "\"c\"],\n  \"role\": null,\n  \"active\": true,\n  \"extra\": \"s\",\n  \"nothing\": "
-      "null\n}\n",
+      "null\n}",
   };
   for (const std::string& d : docs) {
     EXPECT_EQ(Check(*schema, d), std::make_pair(true, true)) << d;
+    // The output ends with the value: no whitespace after it (a small model pads otherwise).
+    EXPECT_FALSE(Check(*schema, d + "\n").first) << d;
     for (size_t n = 0; n < d.size(); ++n) {
       const auto [ok, complete] = Check(*schema, d.substr(0, n));
       EXPECT_TRUE(ok) << d.substr(0, n);
@@ -156,6 +158,9 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePath) {
       {R"({"pattern": "a"})", "json_schema.pattern: is supported beside"},
       {R"({"enum": ["a", "b"], "type": "string", "pattern": "a"})", "json_schema.pattern"},
       {R"({"patternProperties": {}})", "json_schema.patternProperties"},
+      {R"({"type": "number", "multipleOf": 0})", "json_schema.multipleOf: is not supported"},
+      {R"({"type": "object", "properties": {}, "required": ["a"], "additionalProperties": false})",
+       "json_schema.required: names \"a\", which is not in \"properties\""},
       {R"({"type": "array", "minItems": 3, "maxItems": 2})", "json_schema"},
       {R"({"enum": []})", "json_schema.enum"},
       {R"([1])", "json_schema"},
