@@ -220,8 +220,13 @@ absl::Status SchemaCompiler::Compile(const ojson& s, const std::string& path, in
     return absl::OkStatus();
   }
   if (!s.is_object()) return Bad(path, "must be a schema object");
-  for (const char* k : {"not", "if", "patternProperties", "prefixItems", "multipleOf"}) {
+  for (const char* k : {"not", "if", "patternProperties", "prefixItems"}) {
     if (s.contains(k)) return Bad(absl::StrCat(path, ".", k), "is not supported");
+  }
+  // Accepted, not enforced (docs/HTTP_API.md), but a schema that is no schema is refused.
+  if (auto m = s.find("multipleOf");
+      m != s.end() && !(m->is_number() && m->get<double>() > 0 && std::isfinite(m->get<double>()))) {
+    return Bad(path + ".multipleOf", "must be a number > 0");
   }
   // "pattern" holds strings only (other types pass it by), so it needs the type said.
   if (s.contains("pattern") && (!s.contains("type") || s.contains("anyOf") || s.contains("oneOf") ||

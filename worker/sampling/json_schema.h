@@ -25,8 +25,8 @@
 // automaton with minLength/maxLength folded in, and checked on the decoded string as it is
 // written (escapes and surrogate pairs included); "pattern" needs "type": "string".
 // Refused with an error naming the schema path: "not", "if", "patternProperties",
-// "prefixItems", "multipleOf", a "required" name that is not a property, remote "$ref"s and
-// any "type" not listed. Nesting: at most 16 levels; at most
+// "prefixItems", a "required" name that is not a property, a "multipleOf" that is not > 0
+// (others are accepted, not enforced), remote "$ref"s and any "type" not listed. Nesting: at most 16 levels; at most
 // kMaxPatterns patterns whose automata hold kMaxPatternTable transitions in all (one pattern's
 // caps are regex.h's), so a schema's compile stays bounded as one pattern's is.
 //

@@ -158,7 +158,7 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingThePath) {
       {R"({"pattern": "a"})", "json_schema.pattern: is supported beside"},
       {R"({"enum": ["a", "b"], "type": "string", "pattern": "a"})", "json_schema.pattern"},
       {R"({"patternProperties": {}})", "json_schema.patternProperties"},
-      {R"({"type": "number", "multipleOf": 0})", "json_schema.multipleOf: is not supported"},
+      {R"({"type": "number", "multipleOf": 0})", "json_schema.multipleOf: must be a number > 0"},
       {R"({"type": "object", "properties": {}, "required": ["a"], "additionalProperties": false})",
        "json_schema.required: names \"a\", which is not in \"properties\""},
       {R"({"type": "array", "minItems": 3, "maxItems": 2})", "json_schema"},
