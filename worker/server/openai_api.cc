@@ -832,9 +832,11 @@ json ErrorBody(const grpc::Status& status, std::optional<std::string> param_in) 
   const std::string param = param_in.has_value() ? *param_in
                             : http == 400        ? LeadingField(status.error_message())
                                                  : std::string();
-  const char* type = http == 400   ? "invalid_request_error"
+  const char* type = http == 401   ? "authentication_error"
+                     : http == 403 ? "permission_error"
                      : http == 404 ? "not_found_error"
                      : http == 429 ? "rate_limit_error"
+                     : http < 500  ? "invalid_request_error"  // 400, 409 (a request id in use)...
                      : http == 503 ? "service_unavailable_error"
                      : http == 504 ? "timeout_error"
                                    : "server_error";

@@ -246,6 +246,17 @@ TEST(OpenAiParse, ChatMessagesPartsRolesAndDefaults) {
   EXPECT_EQ(capped.calls[0].sampling().max_tokens(), 9);
 }
 
+// OpenAI's error types by HTTP status: a client's 4xx is never a "server_error".
+TEST(OpenAiErrors, TypesFollowTheStatus) {
+  auto type = [](absl::Status s) { return ErrorBody(s)["error"]["type"].get<std::string>(); };
+  EXPECT_EQ(type(absl::InvalidArgumentError("x")), "invalid_request_error");
+  EXPECT_EQ(type(absl::AlreadyExistsError("request_id in use")), "invalid_request_error");  // 409
+  EXPECT_EQ(type(absl::NotFoundError("x")), "not_found_error");
+  EXPECT_EQ(type(absl::ResourceExhaustedError("x")), "rate_limit_error");
+  EXPECT_EQ(type(absl::UnavailableError("x")), "service_unavailable_error");
+  EXPECT_EQ(type(absl::InternalError("x")), "server_error");
+}
+
 TEST(OpenAiParse, BadInputNamesTheField) {
   const Endpoint kC = Endpoint::kCompletions, kChat = Endpoint::kChat;
   EXPECT_EQ(ParamOf(kC, R"({"prompt": "x", "temperature": "hot"})"), "temperature");

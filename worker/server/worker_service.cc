@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -80,7 +81,9 @@ grpc::ServerUnaryReactor* TinyServeService::Abort(grpc::CallbackServerContext* c
   if (grpc::Status s = CheckApiKey(*context, state_->api_key); !s.ok()) {
     return FinishNow(context, s);
   }
+  std::set<std::string> seen;
   for (const std::string& id : request->request_ids()) {
+    if (!seen.insert(id).second) continue;  // each id once
     // Both: a call with a canceller (Embed) or an engine request. Only live ids are echoed.
     const bool live = state_->IsLive(id);
     state_->Cancel(id);
