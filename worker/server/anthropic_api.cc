@@ -1,6 +1,7 @@
 #include "worker/server/anthropic_api.h"
 
 #include <limits>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,7 @@ absl::Status Messages(const json& root, json* out) {
   if (messages == root.end() || !messages->is_array() || messages->empty()) {
     return Bad("messages", "must be a non-empty list");
   }
+  std::set<std::string> open_calls;  // the previous assistant turn's tool_use ids
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& m = (*messages)[i];
     const std::string at = absl::StrCat("messages[", i, "]");
@@ -53,8 +55,10 @@ absl::Status Messages(const json& root, json* out) {
       return Bad(at + ".role", "must be user or assistant");
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) return Bad(at + ".content", "is required");
+    std::set<std::string> calls_here;
     if (content->is_string()) {
       out->push_back({{"role", role}, {"content", *content}});
+      open_calls.clear();
       continue;
     }
     if (!content->is_array() || content->empty()) {
@@ -78,12 +82,18 @@ absl::Status Messages(const json& root, json* out) {
         auto input = block.find("input");
         if (input == block.end() || !input->is_object())
           return Bad(bat + ".input", "must be an object");
+        calls_here.insert(id);
         calls.push_back({{"id", id},
                          {"type", "function"},
                          {"function", {{"name", name}, {"arguments", Dump(*input)}}}});
       } else if (type == "tool_result" && role == "user") {
         const std::string id = StringField(block, "tool_use_id");
         if (id.empty()) return Bad(bat + ".tool_use_id", "is required");
+        // As Anthropic's API: a result answers a call of the turn just before.
+        if (open_calls.count(id) == 0)
+          return Bad(bat + ".tool_use_id",
+                     absl::StrCat("\"", id.substr(0, 64),
+                                  "\" is not a tool_use id of the previous assistant turn"));
         std::string text;
         if (auto c = block.find("content"); c != block.end() && !c->is_null()) {
           TS_ASSIGN_OR_RETURN(text, BlocksText(*c, bat + ".content"));
@@ -98,6 +108,7 @@ absl::Status Messages(const json& root, json* out) {
                                 "turns)"));
       }
     }
+    open_calls = std::move(calls_here);
     if (role == "assistant") {
       json msg = {{"role", "assistant"},
                   {"content", texts.empty() && !calls.empty() ? json(nullptr)

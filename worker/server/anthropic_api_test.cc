@@ -132,6 +132,16 @@ TEST(MessagesParse, ErrorsNameAnthropicFields) {
   EXPECT_EQ(FieldOf(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type":
                         "tool_result", "content": "5"}]}]})"),
             "messages[0].content[0].tool_use_id");
+  // A result answers a call of the assistant turn just before (Anthropic's API 400s too).
+  EXPECT_EQ(FieldOf(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type":
+                        "tool_result", "tool_use_id": "toolu_9", "content": "5"}]}]})"),
+            "messages[0].content[0].tool_use_id");
+  EXPECT_EQ(FieldOf(R"({"max_tokens": 5, "messages": [
+                        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+                         "name": "f", "input": {}}]},
+                        {"role": "user", "content": [{"type": "tool_result",
+                         "tool_use_id": "toolu_2", "content": "5"}]}]})"),
+            "messages[1].content[0].tool_use_id");
   EXPECT_EQ(FieldOf(R"({"max_tokens": 5, "system": 3, )" + user + "}"), "system");
   EXPECT_EQ(FieldOf(R"({"max_tokens": 5, "stop_sequences": "END", )" + user + "}"),
             "stop_sequences");
