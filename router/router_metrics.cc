@@ -74,6 +74,12 @@ RouterMetrics::RouterMetrics(const std::string& version, const std::string& poli
                        .Name("tinyserve_router_circuit_open")
                        .Help("1 while the worker's circuit breaker is open")
                        .Register(r);
+  model_mismatch_ = &BuildGauge()
+                         .Name("tinyserve_router_worker_model_mismatch")
+                         .Help(
+                             "1 while the worker serves another model than the one the "
+                             "router routes to (most live workers'): it gets no requests")
+                         .Register(r);
   inflight_ = &BuildGauge()
                    .Name("tinyserve_router_worker_inflight")
                    .Help("Requests in flight to the worker (load counted at dispatch)")
@@ -102,7 +108,7 @@ RouterMetrics::RouterMetrics(const std::string& version, const std::string& poli
       .Set(1);
   // Requests that never reached a worker: only the outcome counters are used.
   auto none = std::make_unique<WorkerSeries>();
-  none->healthy = none->circuit_open = none->inflight = nullptr;
+  none->healthy = none->circuit_open = none->model_mismatch = none->inflight = nullptr;
   for (int i = 0; i < kNumRouterOutcomes; ++i) {
     none->outcomes[i] = &requests_->Add({{"worker", "none"}, {"outcome", kOutcomeNames[i]}});
   }
@@ -118,6 +124,7 @@ WorkerSeries* RouterMetrics::AddWorker(const std::string& address) {
   const prometheus::Labels labels = {{"worker", address}};
   s->healthy = &healthy_->Add(labels);
   s->circuit_open = &circuit_open_->Add(labels);
+  s->model_mismatch = &model_mismatch_->Add(labels);
   s->inflight = &inflight_->Add(labels);
   for (int i = 0; i < kNumRouterOutcomes; ++i) {
     s->outcomes[i] = &requests_->Add({{"worker", address}, {"outcome", kOutcomeNames[i]}});
@@ -135,6 +142,7 @@ void RouterMetrics::RemoveWorker(const std::string& address) {
   if (it == series_.end() || address == "none") return;
   it->second->healthy->Set(0);
   it->second->circuit_open->Set(0);
+  it->second->model_mismatch->Set(0);
   it->second->inflight->Set(0);
 }
 

@@ -32,6 +32,7 @@ inline constexpr int kNumRouteReasons = 5;
 struct WorkerSeries {
   prometheus::Gauge* healthy;
   prometheus::Gauge* circuit_open;
+  prometheus::Gauge* model_mismatch;
   prometheus::Gauge* inflight;
   prometheus::Counter* outcomes[kNumRouterOutcomes];
 };
@@ -64,6 +65,7 @@ class RouterMetrics {
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Gauge>* healthy_;
   prometheus::Family<prometheus::Gauge>* circuit_open_;
+  prometheus::Family<prometheus::Gauge>* model_mismatch_;
   prometheus::Family<prometheus::Gauge>* inflight_;
   prometheus::Counter* decisions_[kNumRouteReasons];
   prometheus::Counter* retries_;

@@ -439,6 +439,8 @@ grpc::ServerUnaryReactor* RouterService::GetServerInfo(grpc::CallbackServerConte
     s->set_waiting(load.waiting());
     s->set_kv_pages_used(load.kv_pages_used());
     s->set_kv_pages_total(load.kv_pages_total());
+    s->set_model(load.model());
+    s->set_model_mismatch(w->model_mismatch());
     if (w->healthy()) {
       ++healthy;
       response->set_kv_pages_total(response->kv_pages_total() + load.kv_pages_total());

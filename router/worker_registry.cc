@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -103,16 +104,55 @@ void WorkerHandle::AddInflight() {
 
 void WorkerHandle::RemoveInflight() { series_->inflight->Set(--inflight_); }
 
+std::string WorkerHandle::model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return load_.model();
+}
+
 void WorkerHandle::SetHealth(bool serving, bool load_ok, const v1::LoadReport& load) {
-  const bool healthy = serving && load_ok && !load.draining();
-  if (load_ok) {
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    load_ = load;
+    if (load_ok) load_ = load;
+    SetModelState(cluster_model_);
   }
+  up_.store(serving && load_ok && !load.draining());
+  Update();
+}
+
+void WorkerHandle::SetClusterModel(const std::string& cluster_model) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SetModelState(cluster_model);
+  }
+  Update();
+}
+
+void WorkerHandle::SetModelState(const std::string& cluster_model) {
+  cluster_model_ = cluster_model;
+  const std::string& mine = load_.model();
+  model_ok_.store(mine.empty() || mine == cluster_model);
+  mismatch_.store(!mine.empty() && !cluster_model.empty() && mine != cluster_model);
+}
+
+void WorkerHandle::Update() {
+  std::lock_guard<std::mutex> update_lock(update_mu_);
+  const bool mismatch = mismatch_.load();
+  series_->model_mismatch->Set(mismatch ? 1 : 0);
+  if (mismatch != logged_mismatch_) {
+    logged_mismatch_ = mismatch;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (mismatch) {
+      TS_LOG(WARNING) << "worker " << address_ << " serves model " << load_.model()
+                      << ", not the cluster's " << cluster_model_ << ": no requests go to it";
+    } else {
+      TS_LOG(INFO) << "worker " << address_ << " serves the cluster's model " << cluster_model_;
+    }
+  }
+  const bool healthy = up_.load() && model_ok_.load();
   const bool was = healthy_.exchange(healthy);
   series_->healthy->Set(healthy ? 1 : 0);
   if (was && !healthy) {
-    TS_LOG(WARNING) << "worker " << address_ << " is down";
+    if (!mismatch) TS_LOG(WARNING) << "worker " << address_ << " is down";
     prefixes_.Clear();
   } else if (!was && healthy) {
     TS_LOG(INFO) << "worker " << address_ << " is healthy";
@@ -288,6 +328,37 @@ void WorkerRegistry::Poll(const WorkerPtr& worker) {
                                      });
 }
 
+std::string WorkerRegistry::cluster_model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cluster_model_;
+}
+
+void WorkerRegistry::ChooseModel(const std::vector<WorkerPtr>& workers) {
+  std::map<std::string, int> votes;
+  for (const WorkerPtr& w : workers) {
+    if (!w->up()) continue;
+    if (std::string model = w->model(); !model.empty()) ++votes[model];
+  }
+  std::string chosen;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    chosen = cluster_model_;
+    const int current = votes.count(chosen) > 0 ? votes[chosen] : 0;
+    int best = current;
+    for (const auto& [model, n] : votes) {
+      if (n > best) best = n, chosen = model;
+    }
+    if (chosen != cluster_model_) {
+      TS_LOG(INFO) << "routing to workers of model " << chosen << " (" << best << " of "
+                   << workers.size() << " workers)"
+                   << (cluster_model_.empty() ? "" : absl::StrCat("; was ", cluster_model_));
+      cluster_model_ = chosen;
+    }
+  }
+  // Every round: workers added since the last choice learn it too.
+  for (const WorkerPtr& w : workers) w->SetClusterModel(chosen);
+}
+
 void WorkerRegistry::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
@@ -299,6 +370,7 @@ void WorkerRegistry::Loop() {
     }
     int healthy = 0;
     const std::vector<WorkerPtr> workers = Snapshot();
+    ChooseModel(workers);  // from the reports of the rounds before
     for (const WorkerPtr& w : workers) {
       Poll(w);
       w->UpdateBreakerGauge();

@@ -5,10 +5,16 @@
 // they are (requests in flight from this router, counted at dispatch), their circuit
 // breakers and their approximate prefix indexes.
 //
-// A worker is routable when healthy (its last Check said SERVING and its last GetLoad
-// succeeded and it is not draining) and its breaker allows a request. When a worker turns
-// unhealthy its prefix index is cleared (its cache may be gone); when it turns healthy the
-// index is seeded from its GetPrefixSummary.
+// A worker is up when its last Check said SERVING, its last GetLoad succeeded and it is not
+// draining; healthy when up and serving the cluster's model; routable when healthy and its
+// breaker allows a request. The cluster's model is the identity (LoadReport.model: served name
+// and a digest of shape and vocabulary) most up workers report, chosen after each poll round;
+// on a tie the current one stays. So a worker started with another model by mistake gets no
+// requests (logged once, gauge tinyserve_router_worker_model_mismatch), and a rolling update to
+// a new model switches over once most workers run it. A worker that reports no identity (an
+// older build) matches any. Until the first choice a worker with an identity is not healthy.
+// When a worker turns unhealthy its prefix index is cleared (its cache may be gone); when it
+// turns healthy the index is seeded from its GetPrefixSummary.
 //
 // Threading: Snapshot() and the WorkerHandle atomics may be used from any thread. One poller
 // thread does discovery and health; polls are asynchronous (callback API) with deadlines, so a
@@ -65,6 +71,10 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void Prepare(grpc::ClientContext* context) const;
 
   bool healthy() const { return healthy_.load(); }
+  // Up (see above) whatever its model, and the model identity of its last load report.
+  bool up() const { return up_.load(); }
+  std::string model() const;
+  bool model_mismatch() const { return mismatch_.load(); }
   int inflight() const { return inflight_.load(); }
   int64_t dispatched() const { return dispatched_.load(); }
   // Last load report (running, waiting, KV pages, adapters).
@@ -77,7 +87,10 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void RemoveInflight();
 
   // Poller side.
+  // From a poll.
   void SetHealth(bool serving, bool load_ok, const tinyserve::v1::LoadReport& load);
+  // The cluster's model as chosen after a poll round ("" before the first choice).
+  void SetClusterModel(const std::string& cluster_model);
   void UpdateBreakerGauge();
   // Logs a failed load poll when its code differs from the previous poll's.
   void NotePollStatus(const grpc::Status& status);
@@ -94,12 +107,22 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   CircuitBreaker breaker_;
   PrefixLru prefixes_;
   WorkerSeries* series_;
+  // healthy_ = up_ && model_ok_, updated (with the transitions' side effects) by Update().
+  void Update();
+  // Compares load_.model() with the cluster's model (under mu_), for Update().
+  void SetModelState(const std::string& cluster_model);
+  std::mutex update_mu_;
+  std::atomic<bool> up_{false};
+  std::atomic<bool> model_ok_{true};   // reports none, or the cluster's
+  std::atomic<bool> mismatch_{false};  // reports another than the cluster's (chosen) one
+  bool logged_mismatch_ = false;       // GUARDED_BY(update_mu_)
   std::atomic<bool> healthy_{false};
   std::atomic<int> last_poll_code_{0};
   std::atomic<int> inflight_{0};
   std::atomic<int64_t> dispatched_{0};
   mutable std::mutex mu_;
   tinyserve::v1::LoadReport load_;  // GUARDED_BY(mu_)
+  std::string cluster_model_;       // GUARDED_BY(mu_)
 };
 
 using WorkerPtr = std::shared_ptr<WorkerHandle>;
@@ -116,6 +139,8 @@ class WorkerRegistry {
   std::vector<WorkerPtr> Snapshot() const;
   // Number of workers that are healthy now.
   int HealthyCount() const;
+  // The model identity requests are routed to ("" until chosen, or when no worker reports one).
+  std::string cluster_model() const;
   // Called (on the poller thread) whenever the healthy count may have changed.
   void SetOnHealthChange(std::function<void(int healthy)> fn) { on_health_change_ = fn; }
   // Called (on the poller thread) after each poll round is started, with every worker; their
@@ -128,6 +153,8 @@ class WorkerRegistry {
   void Loop();
   void Discover();
   void Poll(const WorkerPtr& worker);
+  // Picks the cluster's model from the up workers' reports and tells every worker.
+  void ChooseModel(const std::vector<WorkerPtr>& workers);
   std::vector<std::string> Resolve() const;
 
   RegistryOptions options_;
@@ -138,6 +165,7 @@ class WorkerRegistry {
   mutable std::mutex mu_;
   std::vector<WorkerPtr> workers_;  // GUARDED_BY(mu_)
   bool stop_ = false;               // GUARDED_BY(mu_)
+  std::string cluster_model_;       // GUARDED_BY(mu_)
   std::condition_variable cv_;
   std::thread thread_;
   double next_dns_ = 0;

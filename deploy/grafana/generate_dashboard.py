@@ -216,8 +216,12 @@ def build():
     b.panel("In flight per worker", [(f"sum by (worker) (tinyserve_router_worker_inflight{R})", "{{worker}}")])
     b.panel("Worker health (1 = serving)", [(f"min by (worker) (tinyserve_router_worker_healthy{R})", "{{worker}}")],
             minmax=(0, 1), step=True, w=12)
-    b.panel("Circuit breaker open", [(f"max by (worker) (tinyserve_router_circuit_open{R})", "{{worker}}")],
-            minmax=(0, 1), step=True, w=12)
+    b.panel("Circuit breaker open, model mismatch",
+            [(f"max by (worker) (tinyserve_router_circuit_open{R})", "{{worker}} breaker"),
+             (f"max by (worker) (tinyserve_router_worker_model_mismatch{R})", "{{worker}} model")],
+            minmax=(0, 1), step=True, w=12,
+            desc="A worker the router does not send to: its breaker opened after failures, or it "
+                 "serves another model than most of the router's workers.")
     b.panel("OpenAI HTTP API requests/s by route and status",
             [(f"sum by (route, code) (rate(tinyserve_http_requests_total{R}{RI}))", "{{route}} {{code}}")],
             stacked=True, w=24, desc="The router's OpenAI-compatible HTTP API (docs/HTTP_API.md).")

@@ -165,6 +165,46 @@ class ClusterTest(cl.ClusterCase):
         self.assertTrue(cl.wait_for(lambda: served_by().complete.worker == w1.address, 10),
                         "no request reached the restarted worker")
 
+    def test_worker_of_another_model_gets_no_requests(self):
+        """Workers report their model's identity (served name and a digest of shape and
+        vocabulary); the router routes to the one most live workers serve. A worker started with
+        another model gets no requests, and once most serve the other (a rolling update: the
+        old ones leave) the router switches to it."""
+        a1, a2 = self.cluster.worker(), self.cluster.worker()
+        b = self.cluster.worker("--served-model-name", "other-model")
+        r = self.cluster.router([a1, a2, b], "--policy", "round_robin")
+        mismatch = lambda w: cl.metric(r.metrics(), "tinyserve_router_worker_model_mismatch",
+                                       worker=w.address)
+        self.assertTrue(cl.wait_for(lambda: mismatch(b) == 1, 10), "mismatch not noticed")
+        self.assertEqual((mismatch(a1), mismatch(a2)), (0, 0))
+        for i in range(6):
+            res = generate(r.address, request(PROMPTS[i], max_tokens=2))
+            self.assertEqual(res.code, grpc.StatusCode.OK, res.details)
+            self.assertIn(res.complete.worker, (a1.address, a2.address))
+        with cl.channel(r.address) as ch:
+            stub = S.grpc.TinyServeStub(ch)
+            workers = {w.address: w for w in stub.GetServerInfo(
+                S.pb.GetServerInfoRequest(), timeout=5).workers}
+            self.assertTrue(workers[b.address].model_mismatch)
+            self.assertFalse(workers[b.address].healthy)
+            self.assertTrue(workers[b.address].model.startswith("other-model#"),
+                            workers[b.address].model)
+            self.assertEqual(workers[a1.address].model, workers[a2.address].model)
+            self.assertNotEqual(workers[a1.address].model, workers[b.address].model)
+            self.assertFalse(workers[a1.address].model_mismatch)
+            info = stub.GetModelInfo(S.pb.GetModelInfoRequest(), timeout=5)
+            self.assertNotEqual(info.name, "other-model")
+        with open(os.path.join(self.cluster.log_dir, f"router-{r.port}.log")) as f:
+            self.assertIn(f"worker {b.address} serves model other-model#", f.read())
+        # The old model's workers leave (drained): the router switches to the other.
+        a1.stop()
+        a2.stop()
+        served_by_b = lambda: generate(r.address, request("Once upon a time", max_tokens=2))
+        self.assertTrue(cl.wait_for(
+            lambda: (lambda res: res.complete is not None and res.complete.worker == b.address)(
+                served_by_b()), 15), "the router did not switch to the remaining model")
+        self.assertEqual(mismatch(b), 0)
+
     def test_worker_lost_mid_stream_migrates(self):
         """A worker killed (SIGKILL) or drained (SIGTERM past its drain timeout) mid-stream: the
         router continues the stream on the other worker from the tokens already sent, and the

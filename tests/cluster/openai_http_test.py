@@ -394,6 +394,19 @@ class OpenAiHttpTest(cl.ClusterCase):
             s.close()
         ok = api.completions.create(model="m", prompt="Once", max_tokens=4, temperature=0)
         self.assertEqual(ok.usage.completion_tokens, 4)
+        # Content-Length and Transfer-Encoding together (ambiguous framing): 400, connection closed.
+        with socket.create_connection(("127.0.0.1", r.http_port)) as s:
+            body = b'{"model":"m","prompt":"Once","max_tokens":1}'
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: %d\r\nTransfer-Encoding: chunked"
+                      b"\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), len(body), body))
+            s.settimeout(20)
+            answer = b""
+            while chunk := s.recv(4096):
+                answer += chunk
+            answer = answer.decode(errors="replace")
+            self.assertTrue(answer.startswith("HTTP/1.1 400"), answer)
+            self.assertIn("both Content-Length and Transfer-Encoding", answer)
 
     def test_api_key(self):
         import openai

@@ -18,23 +18,40 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::UnknownField;
 using google::protobuf::UnknownFieldSet;
 
-// Length of the well-formed UTF-8 sequence at s[i], or 0 if ill-formed (Unicode 15, table 3-7).
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<uint8_t>(s[i + k]); };
-  const size_t left = s.size() - i;
-  const uint8_t c = b(0);
+// The bytes at s[i] that begin a well-formed UTF-8 sequence (Unicode 15, table 3-7): all of it
+// (*complete), or its maximal subpart, at least one byte, which one U+FFFD replaces (Unicode's
+// recommended practice, as Python, Rust's from_utf8_lossy and WHATWG decoders do).
+size_t Utf8Prefix(std::string_view s, size_t i, bool* complete) {
+  const uint8_t c = static_cast<uint8_t>(s[i]);
+  *complete = true;
   if (c < 0x80) return 1;
-  auto cont = [&](size_t k, uint8_t lo = 0x80, uint8_t hi = 0xBF) {
-    return k < left && b(k) >= lo && b(k) <= hi;
-  };
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
-  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
-  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
-  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
-  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
-  return 0;
+  size_t n = 0;
+  uint8_t lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c == 0xE0) {
+    n = 3, lo = 0xA0;
+  } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+    n = 3;
+  } else if (c == 0xED) {
+    n = 3, hi = 0x9F;
+  } else if (c == 0xF0) {
+    n = 4, lo = 0x90;
+  } else if (c >= 0xF1 && c <= 0xF3) {
+    n = 4;
+  } else if (c == 0xF4) {
+    n = 4, hi = 0x8F;
+  } else {
+    *complete = false;
+    return 1;
+  }
+  size_t k = 1;
+  for (; k < n && i + k < s.size(); ++k) {
+    const uint8_t b = static_cast<uint8_t>(s[i + k]);
+    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
+  }
+  *complete = k == n;
+  return k;
 }
 
 // The path of the first string field in `set` (the wire form of a `type` message) holding
@@ -74,26 +91,23 @@ std::string FindBadUtf8Field(const Descriptor* type, const UnknownFieldSet& set)
 }  // namespace
 
 bool IsWellFormedUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = Utf8SequenceLength(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
+  bool complete = true;
+  for (size_t i = 0; i < s.size() && complete;) i += Utf8Prefix(s, i, &complete);
+  return complete;
 }
 
 std::string SanitizeUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
-    const size_t n = Utf8SequenceLength(s, i);
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";  // U+FFFD
-      ++i;
-    } else {
+    bool complete;
+    const size_t n = Utf8Prefix(s, i, &complete);
+    if (complete) {
       out.append(s.substr(i, n));
-      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
     }
+    i += n;
   }
   return out;
 }

@@ -390,6 +390,14 @@ int HttpFrontend::Route(mg_connection* conn) {
                          "authentication_error");
       }
     }
+    if (mg_get_header(conn, "Transfer-Encoding") != nullptr &&
+        mg_get_header(conn, "Content-Length") != nullptr) {
+      // Ambiguous framing (a request-smuggling pattern): RFC 9112 6.1 lets a server refuse it,
+      // and the connection cannot be trusted for another request.
+      mg_disable_connection_keep_alive(conn);
+      return SendError(conn, 400, "the request has both Content-Length and Transfer-Encoding",
+                       "invalid_request_error");
+    }
     std::string body;
     const std::string too_large =
         absl::StrCat("the body is over ", options_.max_body_bytes, " bytes");

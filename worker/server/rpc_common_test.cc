@@ -19,6 +19,18 @@ TEST(Utf8, WellFormedAndSanitized) {
   EXPECT_FALSE(IsWellFormedUtf8("\xC0\xAF"));      // overlong
   EXPECT_FALSE(IsWellFormedUtf8("\xED\xA0\x80"));  // surrogate
   EXPECT_EQ(SanitizeUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  // One U+FFFD per maximal subpart, as Python's bytes.decode(errors="replace") and Rust's
+  // from_utf8_lossy: a truncated sequence is one, a byte that cannot continue it starts anew.
+  const std::string r = "\xEF\xBF\xBD";
+  EXPECT_EQ(SanitizeUtf8("\xE2\x82"), r);
+  EXPECT_EQ(SanitizeUtf8(std::string("\xE2\x82") + "a"), r + "a");
+  EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98"), r);
+  EXPECT_EQ(SanitizeUtf8("\xE2\x82\xE2\x82\xAC"), r + "\xE2\x82\xAC");
+  EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), r + r);                  // overlong: C0 never starts one
+  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), r + r + r);          // surrogate: A0 cannot follow ED
+  EXPECT_EQ(SanitizeUtf8("\xF4\x90\x80\x80"), r + r + r + r);  // above U+10FFFF
+  EXPECT_EQ(SanitizeUtf8("\x80\xBF"), r + r);
+  EXPECT_EQ(SanitizeUtf8("\xE0\xA0"), r);
 }
 
 TEST(ParseGenerateRequest, NamesTheFieldWithBadUtf8) {

@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   w->state_.engine = e;
   w->state_.metrics = w->metrics_.get();
   w->state_.model_path = options.engine.model_path;
+  w->state_.model_identity = ModelIdentity(*e);
   w->state_.version = TINYSERVE_VERSION;
   w->state_.api_key = options.api_key;
   w->state_.allow_runtime_lora = options.allow_runtime_lora;

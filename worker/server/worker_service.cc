@@ -30,6 +30,22 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
+std::string ModelIdentity(const Engine& engine) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+  auto mix = [&h](std::string_view bytes) {
+    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;  // a separator no UTF-8 text contains
+  };
+  const ModelConfig& c = engine.model_config();
+  const TokenizerData& t = engine.tokenizer().data();
+  mix(absl::StrCat(ArchName(c.arch), " ", c.n_layers, " ", c.dim, " ", c.n_heads, " ", c.n_kv_heads,
+                   " ", c.head_dim, " ", c.ffn_dim, " ", c.rope_theta, " ", t.model, " ", t.bos_id,
+                   " ", t.eos_id, " ", t.tokens.size()));
+  for (const std::string& token : t.tokens) mix(token);
+  for (TokenType type : t.types) mix(std::string(1, static_cast<char>(type)));
+  return absl::StrCat(engine.served_name(), "#", absl::Hex(h, absl::kZeroPad16));
+}
+
 bool WorkerState::AddLive(const std::string& id, std::function<void()> cancel) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!live_.insert(id).second) return false;
@@ -270,6 +286,7 @@ grpc::ServerUnaryReactor* WorkerControlService::GetLoad(grpc::CallbackServerCont
   response->set_draining(state_->draining.load());
   response->set_ready(state_->ready.load());
   response->set_steps_total(s.steps_total);
+  response->set_model(state_->model_identity);
   for (const LoraInfo& lora : state_->engine->loras()) {
     if (lora.name.empty()) continue;  // unloaded
     response->add_lora_adapters(lora.name);

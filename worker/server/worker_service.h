@@ -35,6 +35,7 @@ struct WorkerState {
   Engine* engine = nullptr;
   WorkerMetrics* metrics = nullptr;
   std::string model_path;
+  std::string model_identity;  // ModelIdentity(*engine): LoadReport.model
   std::string version;
   std::string api_key;          // non-empty: every call needs "authorization: Bearer <key>"
   bool allow_runtime_lora = false;  // LoadLoraAdapter / UnloadLoraAdapter served
@@ -59,6 +60,11 @@ struct WorkerState {
   std::unordered_map<std::string, std::function<void()>> cancellers_;  // GUARDED_BY(mu_)
   std::atomic<uint64_t> next_id_{1};
 };
+
+// The model's identity as the router compares it (LoadReport.model): "<served name>#<16 hex
+// digits>", the digits an FNV-1a hash of the architecture, shape and vocabulary (tokens, types,
+// special ids), so workers agree exactly when they serve the same model under the same name.
+std::string ModelIdentity(const Engine& engine);
 
 class TinyServeService final : public tinyserve::v1::TinyServe::WithRawCallbackMethod_Generate<
                                    tinyserve::v1::TinyServe::WithRawCallbackMethod_Embed<

@@ -89,15 +89,7 @@ namespace {
 absl::StatusOr<std::string> Render(const TokenizerData& data,
                                    const std::vector<ChatMessage>& messages,
                                    bool add_generation_prompt, std::string_view tools_json) {
-  if (data.chat_template.empty()) return PlainChatMl(messages, add_generation_prompt);
-  absl::StatusOr<jinja::Template> t = jinja::Template::Parse(data.chat_template);
-  if (!t.ok()) {
-    static std::atomic<bool> logged{false};
-    if (!logged.exchange(true)) {
-      TS_LOG(WARNING) << t.status().message() << "; chat prompts are rendered as plain ChatML";
-    }
-    return PlainChatMl(messages, add_generation_prompt);
-  }
+  // The tool calls and tools are checked first, so a bad one is refused whatever the template.
   using Json = nlohmann::ordered_json;
   auto parse = [](std::string_view text, const std::string& what) -> absl::StatusOr<Json> {
     if (!JsonAffordable(text, 32)) {
@@ -145,6 +137,15 @@ absl::StatusOr<std::string> Render(const TokenizerData& data,
     absl::StatusOr<Json> tools = parse(tools_json, "tools");
     if (!tools.ok()) return tools.status();
     variables["tools"] = std::move(*tools);
+  }
+  if (data.chat_template.empty()) return PlainChatMl(messages, add_generation_prompt);
+  absl::StatusOr<jinja::Template> t = jinja::Template::Parse(data.chat_template);
+  if (!t.ok()) {
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      TS_LOG(WARNING) << t.status().message() << "; chat prompts are rendered as plain ChatML";
+    }
+    return PlainChatMl(messages, add_generation_prompt);
   }
   absl::StatusOr<std::string> out = t->Render(variables);
   if (!out.ok()) {
