@@ -696,6 +696,12 @@ bool Engine::Impl::Step() {
     s->order = next_order++;
     running.push_back(std::move(s));
   }
+  {
+    // Now, not at the step's end: Submit counts the free batch slots from it, and the requests
+    // just taken from the queue no longer count as waiting.
+    std::lock_guard<std::mutex> lock(mu);
+    stats.running = static_cast<int>(running.size());
+  }
   if (running.empty()) {
     PublishStats();
     return false;
