@@ -109,48 +109,52 @@ std::string WorkerHandle::model() const {
   return load_.model();
 }
 
+bool WorkerHandle::up() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return up_;
+}
+
+bool WorkerHandle::model_mismatch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Mismatch();
+}
+
+bool WorkerHandle::Mismatch() const {
+  const std::string& mine = load_.model();
+  return up_ && !mine.empty() && !cluster_model_.empty() && mine != cluster_model_;
+}
+
 void WorkerHandle::SetHealth(bool serving, bool load_ok, const v1::LoadReport& load) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (load_ok) load_ = load;
-    SetModelState(cluster_model_);
-  }
-  up_.store(serving && load_ok && !load.draining());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (load_ok) load_ = load;
+  up_ = serving && load_ok && !load.draining();
   Update();
 }
 
 void WorkerHandle::SetClusterModel(const std::string& cluster_model) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    SetModelState(cluster_model);
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  cluster_model_ = cluster_model;
   Update();
 }
 
-void WorkerHandle::SetModelState(const std::string& cluster_model) {
-  cluster_model_ = cluster_model;
-  const std::string& mine = load_.model();
-  model_ok_.store(mine.empty() || mine == cluster_model);
-  mismatch_.store(!mine.empty() && !cluster_model.empty() && mine != cluster_model);
-}
-
 void WorkerHandle::Update() {
-  std::lock_guard<std::mutex> update_lock(update_mu_);
-  const bool mismatch = mismatch_.load();
-  series_->model_mismatch->Set(mismatch ? 1 : 0);
+  const bool mismatch = Mismatch();
+  // (A poll may answer after the worker was removed: its series then stay as RemoveWorker left
+  // them.)
+  if (!removed.load()) series_->model_mismatch->Set(mismatch ? 1 : 0);
   if (mismatch != logged_mismatch_) {
     logged_mismatch_ = mismatch;
-    std::lock_guard<std::mutex> lock(mu_);
     if (mismatch) {
       TS_LOG(WARNING) << "worker " << address_ << " serves model " << load_.model()
                       << ", not the cluster's " << cluster_model_ << ": no requests go to it";
-    } else {
+    } else if (up_) {
       TS_LOG(INFO) << "worker " << address_ << " serves the cluster's model " << cluster_model_;
     }
   }
-  const bool healthy = up_.load() && model_ok_.load();
+  const std::string& mine = load_.model();
+  const bool healthy = up_ && (mine.empty() || mine == cluster_model_);
   const bool was = healthy_.exchange(healthy);
-  series_->healthy->Set(healthy ? 1 : 0);
+  if (!removed.load()) series_->healthy->Set(healthy ? 1 : 0);
   if (was && !healthy) {
     if (!mismatch) TS_LOG(WARNING) << "worker " << address_ << " is down";
     prefixes_.Clear();
@@ -342,9 +346,10 @@ void WorkerRegistry::ChooseModel(const std::vector<WorkerPtr>& workers) {
   std::string chosen;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    chosen = cluster_model_;
-    const int current = votes.count(chosen) > 0 ? votes[chosen] : 0;
-    int best = current;
+    chosen = cluster_model_;  // kept while no worker is up
+    // The most votes; a tie goes to the smallest identity, so that routers seeing the same
+    // workers choose alike.
+    int best = 0;
     for (const auto& [model, n] : votes) {
       if (n > best) best = n, chosen = model;
     }

@@ -8,11 +8,12 @@
 // A worker is up when its last Check said SERVING, its last GetLoad succeeded and it is not
 // draining; healthy when up and serving the cluster's model; routable when healthy and its
 // breaker allows a request. The cluster's model is the identity (LoadReport.model: served name
-// and a digest of shape and vocabulary) most up workers report, chosen after each poll round;
-// on a tie the current one stays. So a worker started with another model by mistake gets no
-// requests (logged once, gauge tinyserve_router_worker_model_mismatch), and a rolling update to
-// a new model switches over once most workers run it. A worker that reports no identity (an
-// older build) matches any. Until the first choice a worker with an identity is not healthy.
+// and a digest of shape and vocabulary) most up workers report, chosen after each poll round
+// (a tie goes to the smallest, so routers that see the same workers agree; with none up it
+// stays). So a worker started with another model by mistake gets no requests (logged once,
+// gauge tinyserve_router_worker_model_mismatch while up), and a rolling update to a new model
+// switches over once half the workers run it. A worker that reports no identity (an older
+// build) matches any. Until the first choice a worker with an identity is not healthy.
 // When a worker turns unhealthy its prefix index is cleared (its cache may be gone); when it
 // turns healthy the index is seeded from its GetPrefixSummary.
 //
@@ -72,9 +73,9 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
 
   bool healthy() const { return healthy_.load(); }
   // Up (see above) whatever its model, and the model identity of its last load report.
-  bool up() const { return up_.load(); }
+  bool up() const;
   std::string model() const;
-  bool model_mismatch() const { return mismatch_.load(); }
+  bool model_mismatch() const;
   int inflight() const { return inflight_.load(); }
   int64_t dispatched() const { return dispatched_.load(); }
   // Last load report (running, waiting, KV pages, adapters).
@@ -107,15 +108,11 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   CircuitBreaker breaker_;
   PrefixLru prefixes_;
   WorkerSeries* series_;
-  // healthy_ = up_ && model_ok_, updated (with the transitions' side effects) by Update().
+  // Sets healthy_ (up, and its model the cluster's or none) from the state below, with the
+  // transitions' logs, gauges and prefix-index work. REQUIRES(mu_)
   void Update();
-  // Compares load_.model() with the cluster's model (under mu_), for Update().
-  void SetModelState(const std::string& cluster_model);
-  std::mutex update_mu_;
-  std::atomic<bool> up_{false};
-  std::atomic<bool> model_ok_{true};   // reports none, or the cluster's
-  std::atomic<bool> mismatch_{false};  // reports another than the cluster's (chosen) one
-  bool logged_mismatch_ = false;       // GUARDED_BY(update_mu_)
+  // Up and reporting another model than the cluster's (once chosen). REQUIRES(mu_)
+  bool Mismatch() const;
   std::atomic<bool> healthy_{false};
   std::atomic<int> last_poll_code_{0};
   std::atomic<int> inflight_{0};
@@ -123,6 +120,8 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   mutable std::mutex mu_;
   tinyserve::v1::LoadReport load_;  // GUARDED_BY(mu_)
   std::string cluster_model_;       // GUARDED_BY(mu_)
+  bool up_ = false;                 // GUARDED_BY(mu_)
+  bool logged_mismatch_ = false;    // GUARDED_BY(mu_)
 };
 
 using WorkerPtr = std::shared_ptr<WorkerHandle>;

@@ -701,6 +701,7 @@ bool Engine::Impl::Step() {
     // just taken from the queue no longer count as waiting.
     std::lock_guard<std::mutex> lock(mu);
     stats.running = static_cast<int>(running.size());
+    stats.waiting = static_cast<int>(waiting.size() + local_waiting.size());
   }
   if (running.empty()) {
     PublishStats();
@@ -1322,7 +1323,7 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
     auto at = m.waiting.end();
     while (at != m.waiting.begin() && (*std::prev(at))->req.priority > s->req.priority) --at;
     m.waiting.insert(at, std::move(s));
-    m.stats.waiting = static_cast<int>(m.waiting.size());
+    ++m.stats.waiting;  // (the preempted ones, the engine thread's, stay counted)
   }
   m.cv.notify_all();
   return absl::OkStatus();

@@ -43,7 +43,8 @@ std::string ModelIdentity(const Engine& engine) {
                    " ", t.eos_id, " ", t.tokens.size()));
   for (const std::string& token : t.tokens) mix(token);
   for (TokenType type : t.types) mix(std::string(1, static_cast<char>(type)));
-  return absl::StrCat(engine.served_name(), "#", absl::Hex(h, absl::kZeroPad16));
+  // (A proto string: a name from a GGUF or a path need not be UTF-8.)
+  return absl::StrCat(SanitizeUtf8(engine.served_name()), "#", absl::Hex(h, absl::kZeroPad16));
 }
 
 bool WorkerState::AddLive(const std::string& id, std::function<void()> cancel) {
