@@ -49,8 +49,11 @@ class TensorParallelClusterTest(cl.ClusterCase):
 
     def test_tp2_local_matches_tp1_and_dead_rank_goes_unhealthy(self):
         tp1 = self.cluster.worker()
+        # A small KV pool: the start-up barrier waits for every rank's cache within the short
+        # --tp-timeout, and the default pool (about 500 MiB) took longer on a loaded CI machine.
         tp2 = self.cluster.worker("--tp-size", "2", "--tp-launch", "local", "--tp-timeout",
-                                  str(TP_TIMEOUT_S), "--tp-heartbeat", str(HEARTBEAT_S))
+                                  str(TP_TIMEOUT_S), "--tp-heartbeat", str(HEARTBEAT_S),
+                                  "--kv-pages", "1024")
         ranks = children_of(tp2.popen.pid)
         self.assertEqual(len(ranks), 1, f"expected one child rank, got {ranks}")
         r = self.cluster.router([tp2])
