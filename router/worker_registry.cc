@@ -332,11 +332,6 @@ void WorkerRegistry::Poll(const WorkerPtr& worker) {
                                      });
 }
 
-std::string WorkerRegistry::cluster_model() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return cluster_model_;
-}
-
 void WorkerRegistry::ChooseModel(const std::vector<WorkerPtr>& workers) {
   std::map<std::string, int> votes;
   for (const WorkerPtr& w : workers) {

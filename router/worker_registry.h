@@ -87,8 +87,7 @@ class WorkerHandle : public std::enable_shared_from_this<WorkerHandle> {
   void AddInflight();
   void RemoveInflight();
 
-  // Poller side.
-  // From a poll.
+  // Poller side: a poll's result.
   void SetHealth(bool serving, bool load_ok, const tinyserve::v1::LoadReport& load);
   // The cluster's model as chosen after a poll round ("" before the first choice).
   void SetClusterModel(const std::string& cluster_model);
@@ -138,8 +137,6 @@ class WorkerRegistry {
   std::vector<WorkerPtr> Snapshot() const;
   // Number of workers that are healthy now.
   int HealthyCount() const;
-  // The model identity requests are routed to ("" until chosen, or when no worker reports one).
-  std::string cluster_model() const;
   // Called (on the poller thread) whenever the healthy count may have changed.
   void SetOnHealthChange(std::function<void(int healthy)> fn) { on_health_change_ = fn; }
   // Called (on the poller thread) after each poll round is started, with every worker; their

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/fnv.h"
 #include "common/status.h"
 #include "worker/gguf/gguf_file.h"
 
@@ -182,20 +183,12 @@ const LoraPair* LoraAdapter::Find(const std::string& name) const {
 }
 
 uint64_t LoraDigest(const std::vector<LoraInfo>& loras) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  auto mix = [&](std::string_view bytes) {
-    for (unsigned char c : bytes) {
-      h ^= c;
-      h *= 0x100000001B3ull;
-    }
-    h ^= 0xff;  // separator
-    h *= 0x100000001B3ull;
-  };
+  Fnv1a digest;
   for (const LoraInfo& l : loras) {
-    mix(l.name);
-    mix(absl::StrCat(l.max_rank, ":", l.tensors));
+    digest.Add(l.name);
+    digest.Add(absl::StrCat(l.max_rank, ":", l.tensors));
   }
-  return h;
+  return digest.value();
 }
 
 int LoraId(const std::vector<LoraInfo>& loras, const std::string& name) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/fnv.h"
 #include "common/log.h"
 #include "common/timer.h"
 #include "worker/server/api_util.h"
@@ -31,20 +32,17 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 }  // namespace
 
 std::string ModelIdentity(const Engine& engine) {
-  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
-  auto mix = [&h](std::string_view bytes) {
-    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-    h = (h ^ 0xff) * 1099511628211ull;  // a separator no UTF-8 text contains
-  };
+  Fnv1a digest;
   const ModelConfig& c = engine.model_config();
   const TokenizerData& t = engine.tokenizer().data();
-  mix(absl::StrCat(ArchName(c.arch), " ", c.n_layers, " ", c.dim, " ", c.n_heads, " ", c.n_kv_heads,
-                   " ", c.head_dim, " ", c.ffn_dim, " ", c.rope_theta, " ", t.model, " ", t.bos_id,
-                   " ", t.eos_id, " ", t.tokens.size()));
-  for (const std::string& token : t.tokens) mix(token);
-  for (TokenType type : t.types) mix(std::string(1, static_cast<char>(type)));
+  digest.Add(absl::StrCat(ArchName(c.arch), " ", c.n_layers, " ", c.dim, " ", c.n_heads, " ",
+                          c.n_kv_heads, " ", c.head_dim, " ", c.ffn_dim, " ", c.rope_theta, " ",
+                          t.model, " ", t.bos_id, " ", t.eos_id, " ", t.tokens.size()));
+  for (const std::string& token : t.tokens) digest.Add(token);
+  for (TokenType type : t.types) digest.Add(std::string(1, static_cast<char>(type)));
   // (A proto string: a name from a GGUF or a path need not be UTF-8.)
-  return absl::StrCat(SanitizeUtf8(engine.served_name()), "#", absl::Hex(h, absl::kZeroPad16));
+  return absl::StrCat(SanitizeUtf8(engine.served_name()), "#",
+                      absl::Hex(digest.value(), absl::kZeroPad16));
 }
 
 bool WorkerState::AddLive(const std::string& id, std::function<void()> cancel) {
