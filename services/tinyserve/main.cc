@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/crash_handler.h"
 #include "services/tinyserve/cli_common.h"
 #ifdef TINYSERVE_HAVE_SERVER_COMMANDS
 #include "services/tinyserve/commands.h"
@@ -26,6 +27,7 @@ const char kUsage[] =
 }  // namespace
 
 int main(int argc, char** argv) {
+  tinyserve::InstallCrashHandler(argv[0]);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
