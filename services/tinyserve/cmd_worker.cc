@@ -54,6 +54,7 @@ class WatchedCommunicator : public Communicator {
     return Watch(inner_->Broadcast(data, bytes, root));
   }
   absl::Status Barrier() override { return Watch(inner_->Barrier()); }
+  void StartupDone() override { inner_->StartupDone(); }
   bool failed() const { return failed_.load(); }
 
  private:
@@ -163,19 +164,20 @@ std::vector<std::string> ArgsForRanks(const std::vector<std::string>& args) {
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> MakeCpuCommunicator(
-    int rank, int world, const std::string& rendezvous, double timeout_s,
+    int rank, int world, const std::string& rendezvous, double timeout_s, double startup_timeout_s,
     std::unique_ptr<TcpStoreServer> server) {
 #ifdef TINYSERVE_HAVE_GLOO
-  return MakeGlooCommunicator(rank, world, rendezvous, timeout_s, std::move(server));
+  return MakeGlooCommunicator(rank, world, rendezvous, timeout_s, std::move(server),
+                              startup_timeout_s);
 #else
-  (void)rank, (void)world, (void)rendezvous, (void)timeout_s, (void)server;
+  (void)rank, (void)world, (void)rendezvous, (void)timeout_s, (void)startup_timeout_s, (void)server;
   return absl::UnimplementedError("tensor parallelism needs Gloo (libgloo-dev) in this build");
 #endif
 }
 
 // A rank > 0: no API, just the follower loop.
 int RunFollowerRank(const EngineOptions& eo, int rank, int tp_size, const std::string& rendezvous,
-                    double timeout_s, double drain_timeout_s) {
+                    double timeout_s, double startup_timeout_s, double drain_timeout_s) {
   // A termination signal alone does not stop a follower (rank 0 drains and then sends the
   // shutdown); if none comes within the drain grace, exit anyway.
   std::thread([drain_timeout_s] {
@@ -185,7 +187,7 @@ int RunFollowerRank(const EngineOptions& eo, int rank, int tp_size, const std::s
       std::_Exit(0);
     }
   }).detach();
-  auto comm = MakeCpuCommunicator(rank, tp_size, rendezvous, timeout_s, nullptr);
+  auto comm = MakeCpuCommunicator(rank, tp_size, rendezvous, timeout_s, startup_timeout_s, nullptr);
   if (!comm.ok()) return FailWith(std::string(comm.status().message()));
   TpFollowerOptions fo;
   fo.model_path = eo.model_path;
@@ -216,7 +218,7 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   bool prefix_caching = true;
   int tp_size = 1, rank = 0;
   std::string tp_rendezvous, tp_launch;
-  double tp_timeout = 30, tp_heartbeat = 1;
+  double tp_timeout = 30, tp_startup_timeout = 600, tp_heartbeat = 1;
   ef.Register(&flags);
   flags.String("host", &o.host, "address to listen on");
   flags.Int("port", &o.port, "gRPC port");
@@ -252,7 +254,11 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
                "HOST:PORT of rank 0's rendezvous store (rank 0 listens there)");
   flags.String("tp-launch", &tp_launch, "'local': start ranks 1..tp-size-1 as child processes");
   flags.Double("tp-timeout", &tp_timeout,
-               "seconds a collective may wait for the other ranks before the group fails");
+               "seconds a collective may wait for the other ranks before the group fails (once "
+               "the group has started)");
+  flags.Double("tp-startup-timeout", &tp_startup_timeout,
+               "seconds the group's start-up may take: every rank joining, loading the model "
+               "and allocating its KV cache (the collectives until then wait this long)");
   flags.Double("tp-heartbeat", &tp_heartbeat, "seconds between liveness checks of an idle group");
   if (auto s = flags.Parse(args); !s.ok()) return FailWith(std::string(s.message()));
   if (flags.help_requested()) {
@@ -279,13 +285,14 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   if (!tp_launch.empty() && rank != 0) return FailWith("--tp-launch is for rank 0");
   if (!(tp_timeout > 0) || !(tp_heartbeat > 0) || tp_heartbeat >= tp_timeout)
     return FailWith("--tp-heartbeat must be > 0 and below --tp-timeout");
+  if (!(tp_startup_timeout > 0)) return FailWith("--tp-startup-timeout must be > 0");
   if (tp_launch.empty() && tp_rendezvous.empty())
     return FailWith("--tp-size > 1 needs --tp-rendezvous HOST:PORT (or --tp-launch local)");
   o.engine.tp_rank = rank;
   o.engine.tp_size = tp_size;
   o.engine.tp_heartbeat_seconds = tp_heartbeat;
   if (rank > 0)
-    return RunFollowerRank(o.engine, rank, tp_size, tp_rendezvous, tp_timeout,
+    return RunFollowerRank(o.engine, rank, tp_size, tp_rendezvous, tp_timeout, tp_startup_timeout,
                            o.drain_timeout_seconds);
 
   std::unique_ptr<TcpStoreServer> store;
@@ -307,7 +314,8 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
     TS_LOG(INFO) << "tensor parallelism: started ranks 1.." << tp_size - 1
                  << " locally; rendezvous " << tp_rendezvous;
   }
-  auto inner = MakeCpuCommunicator(0, tp_size, tp_rendezvous, tp_timeout, std::move(store));
+  auto inner = MakeCpuCommunicator(0, tp_size, tp_rendezvous, tp_timeout, tp_startup_timeout,
+                                   std::move(store));
   if (!inner.ok()) return FailWith(std::string(inner.status().message()));
   auto comm = std::make_unique<WatchedCommunicator>(std::move(*inner));
   o.engine.tp_comm = comm.get();

@@ -49,8 +49,8 @@ class TensorParallelClusterTest(cl.ClusterCase):
 
     def test_tp2_local_matches_tp1_and_dead_rank_goes_unhealthy(self):
         tp1 = self.cluster.worker()
-        # A small KV pool: the start-up barrier waits for every rank's cache within the short
-        # --tp-timeout, and the default pool (about 500 MiB) took longer on a loaded CI machine.
+        # A small KV pool for a quick start-up (the default, about 500 MiB, took seconds on a
+        # loaded CI machine; start-up is bounded by --tp-startup-timeout, not --tp-timeout).
         tp2 = self.cluster.worker("--tp-size", "2", "--tp-launch", "local", "--tp-timeout",
                                   str(TP_TIMEOUT_S), "--tp-heartbeat", str(HEARTBEAT_S),
                                   "--kv-pages", "1024")

@@ -1212,6 +1212,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     hello.lora_digest = LoraDigest(impl->loras);
     TS_RETURN_IF_ERROR(BroadcastHello(impl->tp, &hello));
     TS_RETURN_IF_ERROR(impl->tp->Barrier());
+    impl->tp->StartupDone();
     impl->tp_last_send = NowSeconds();
   }
   impl->PublishStats();

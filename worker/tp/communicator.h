@@ -22,6 +22,10 @@ class Communicator {
   virtual absl::Status AllReduceSum(float* data, size_t n) = 0;
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
   virtual absl::Status Barrier() = 0;
+  // The group's start-up (rendezvous, the hello, the barrier once every rank has its cache) is
+  // over: from now on collectives are bounded by the steady-state timeout, not the start-up one
+  // (which covers the other ranks' model load). Implementations with one timeout ignore it.
+  virtual void StartupDone() {}
 };
 
 // The size-1 group: every collective is a no-op.

@@ -97,12 +97,13 @@ absl::Status FromGlooError(const char* what, const std::exception& e) {
 
 class GlooCommunicator : public Communicator {
  public:
-  GlooCommunicator(int rank, int world, double timeout_s, std::unique_ptr<TcpStoreServer> server,
-                   std::unique_ptr<TcpStoreClient> client,
+  GlooCommunicator(int rank, int world, double timeout_s, double startup_timeout_s,
+                   std::unique_ptr<TcpStoreServer> server, std::unique_ptr<TcpStoreClient> client,
                    std::shared_ptr<gloo::rendezvous::Context> context)
       : rank_(rank),
         world_(world),
-        timeout_(static_cast<int64_t>(timeout_s * 1000)),
+        timeout_(Millis(startup_timeout_s)),
+        steady_timeout_(Millis(timeout_s)),
         server_(std::move(server)),
         client_(std::move(client)),
         context_(std::move(context)) {}
@@ -147,6 +148,12 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  void StartupDone() override { timeout_ = steady_timeout_; }
+
+  static std::chrono::milliseconds Millis(double seconds) {
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
+
  private:
   // Tags keep successive operations apart on the wire; every rank counts the same.
   uint32_t NextTag() { return tag_++ & 0x7fffffffu; }
@@ -165,7 +172,8 @@ class GlooCommunicator : public Communicator {
   }
 
   int rank_, world_;
-  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds timeout_;  // the start-up one until StartupDone()
+  const std::chrono::milliseconds steady_timeout_;
   uint32_t tag_ = 0;
   absl::Status broken_;
   std::unique_ptr<TcpStoreServer> server_;
@@ -177,10 +185,12 @@ class GlooCommunicator : public Communicator {
 
 absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
     int rank, int world, const std::string& rendezvous_addr, double timeout_s,
-    std::unique_ptr<TcpStoreServer> server) {
+    std::unique_ptr<TcpStoreServer> server, double startup_timeout_s) {
   if (world < 1 || rank < 0 || rank >= world)
     return absl::InvalidArgumentError(absl::StrCat("bad rank ", rank, " of ", world));
   if (!(timeout_s > 0)) return absl::InvalidArgumentError("timeout must be > 0");
+  if (startup_timeout_s == 0) startup_timeout_s = timeout_s;
+  if (!(startup_timeout_s > 0)) return absl::InvalidArgumentError("start-up timeout must be > 0");
   if (world == 1) return MakeSingleProcessCommunicator();
   std::string host;
   int port = 0;
@@ -193,18 +203,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
   if (rank == 0) port = server->port();
   const std::string connect_host =
       host.empty() || host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host;
-  TS_ASSIGN_OR_RETURN(auto client, TcpStoreClient::Connect(connect_host, port, timeout_s));
+  TS_ASSIGN_OR_RETURN(auto client, TcpStoreClient::Connect(connect_host, port, startup_timeout_s));
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = LocalAddressToward(connect_host);
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
-    context->setTimeout(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-    GlooStore store(client.get(), timeout_s);
+    context->setTimeout(GlooCommunicator::Millis(startup_timeout_s));
+    GlooStore store(client.get(), startup_timeout_s);
     gloo::rendezvous::PrefixStore prefixed("tinyserve-gloo", store);
     context->connectFullMesh(prefixed, device);
-    auto comm = std::make_unique<GlooCommunicator>(rank, world, timeout_s, std::move(server),
-                                                   std::move(client), std::move(context));
+    auto comm = std::make_unique<GlooCommunicator>(rank, world, timeout_s, startup_timeout_s,
+                                                   std::move(server), std::move(client),
+                                                   std::move(context));
     // Everyone is connected once a barrier passes; after it rank 0's store may go away.
     TS_RETURN_IF_ERROR(comm->Barrier());
     return std::unique_ptr<Communicator>(std::move(comm));

@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<TpFollower>> TpFollower::Create(const TpFollowerO
       st->runner->MakeKvConfig(st->hello.page_size, st->hello.kv_pages));
   // The group is complete when every rank has its cache: rank 0's engine waits here too.
   TS_RETURN_IF_ERROR(comm->Barrier());
+  comm->StartupDone();
   TS_LOG(INFO) << "tensor-parallel rank " << comm->rank() << " of " << comm->world_size()
                << ": " << st->runner->local_heads() << " heads, " << st->runner->local_kv_heads()
                << " KV heads, " << st->hello.kv_pages << " pages of " << st->hello.page_size;

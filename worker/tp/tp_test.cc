@@ -272,6 +272,40 @@ TEST(GlooCommunicator, DeadOrAbsentRankIsAnErrorWithinTheTimeout) {
   }
 }
 
+TEST(GlooCommunicator, StartupTimeoutCoversSlowRanksUntilStartupDone) {
+  // The steady timeout is 1 s, the start-up one 20 s: rank 1 joins the rendezvous 2.5 s late and
+  // reaches the first broadcast (rank 0's hello) 2.5 s after rank 0: both succeed. After
+  // StartupDone a barrier rank 1 misses fails within about the steady timeout.
+  const double steady = 1, startup = 20;
+  auto server = TcpStoreServer::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok());
+  const std::string addr = absl::StrCat("127.0.0.1:", (*server)->port());
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  std::vector<absl::Status> hello(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      auto c =
+          MakeGlooCommunicator(r, 2, addr, steady, r == 0 ? std::move(*server) : nullptr, startup);
+      ASSERT_TRUE(c.ok()) << "rank " << r << ": " << c.status();
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      int v = r == 0 ? 42 : 0;
+      hello[r] = (*c)->Broadcast(&v, sizeof v, 0);
+      EXPECT_EQ(v, 42);
+      (*c)->StartupDone();
+      comms[r] = std::move(*c);
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(comms[0] != nullptr && comms[1] != nullptr);
+  EXPECT_TRUE(hello[0].ok()) << hello[0];
+  EXPECT_TRUE(hello[1].ok()) << hello[1];
+  const double t0 = NowSeconds();
+  const absl::Status s = comms[0]->Barrier();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(NowSeconds() - t0, steady + 3);
+}
+
 // Runs one sequence (prefill in chunks, then one-token steps) through a fresh cache; returns
 // [n][vocab] logits and the greedy continuation of `generate` tokens.
 void RunSequence(TransformerRunner& r, std::vector<int32_t> ids, int generate,
