@@ -14,6 +14,9 @@ Cases (one CTest entry each, -k test_NAME):
                           freed, and counted as HTTP 499
   sigterm_drains          SIGTERM to the router: a running HTTP stream still completes, new
                           requests get 503, and the router exits 0
+  drain_timeout_ends_streams  SmolLM2-135M-Instruct: a stream that outlasts the router's drain
+                          ends with an error event and a complete chunked body, the router
+                          exits 0 and the worker frees the request's KV pages
   limits                  a worker whose KV pool (--kv-pages 4, 64 tokens) is smaller than the
                           model's context serves a 64-token context: a request past it ends with
                           finish_reason length, no preemption, pages back; clients that send
@@ -358,6 +361,30 @@ class OpenAiHttpTest(cl.ClusterCase):
         self.assertEqual(chunks[-1].choices[0].finish_reason, "length")
         self.assertGreater(len(text), 0)
         self.assertEqual(r.wait(timeout=20), 0)
+
+    def test_drain_timeout_ends_streams(self):
+        import openai
+        # SmolLM2: 1500 tokens take far longer than the router's drain (0.5 s, then up to 2 s
+        # for calls to end by themselves). The stream it cuts ends with an error event and a
+        # complete chunked body (not a dropped connection); the worker frees the pages.
+        w = self.cluster.worker("--model", cl.smollm2_model(self))
+        r = self.cluster.router([w], "--drain-timeout", "0.5")
+        api = client(r.http_port)
+        stream = api.completions.create(model="m", prompt="Once upon a time", max_tokens=1500,
+                                        temperature=0, stream=True,
+                                        extra_body={"ignore_eos": True})
+        it = iter(stream)
+        next(it)
+        r.kill(signal.SIGTERM)
+        with self.assertRaises(openai.APIError) as ctx:
+            for _ in it:
+                pass
+        self.assertNotIsInstance(ctx.exception, openai.APIConnectionError)
+        self.assertEqual(r.wait(timeout=20), 0)
+        deadline = time.time() + 10
+        while cl.metric(w.metrics(), "tinyserve_kv_pages_used") and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(cl.metric(w.metrics(), "tinyserve_kv_pages_used"), 0)
 
     def test_limits(self):
         w = self.cluster.worker("--kv-pages", "4")

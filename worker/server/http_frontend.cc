@@ -316,6 +316,12 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::StartFor(
 HttpFrontend::~HttpFrontend() { Stop(); }
 
 void HttpFrontend::Stop() {
+  // Answers still being written (at a drain their gRPC calls have ended: the server shut down
+  // first) get up to 2 s to finish: once stopping, civetweb drops every write, which would cut
+  // a stream before its last events and its terminating chunk.
+  for (int i = 0; i < 200 && ctx_ != nullptr && active_.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   tls_.reset();  // closes the HTTPS connections before civetweb goes
   if (ctx_ == nullptr) return;
   mg_stop(ctx_);
@@ -325,9 +331,12 @@ void HttpFrontend::Stop() {
 int HttpFrontend::Handle(mg_connection* conn, void* self) {
   // civetweb's threads have small fixed stacks; the request runs on a thread of the process's
   // default stack size (JSON, protobuf and gRPC code below is not written for 100 KB stacks).
+  auto* frontend = static_cast<HttpFrontend*>(self);
+  ++frontend->active_;
   int code = 0;
-  std::thread t([&] { code = static_cast<HttpFrontend*>(self)->Route(conn); });
+  std::thread t([&] { code = frontend->Route(conn); });
   t.join();
+  --frontend->active_;
   return code;
 }
 

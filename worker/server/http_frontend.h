@@ -121,6 +121,7 @@ class HttpFrontend {
   int port_ = 0;
   std::unique_ptr<TlsTerminator> tls_;  // HTTPS in front of civetweb, when configured
   std::atomic<uint64_t> next_id_{0};
+  std::atomic<int> active_{0};  // requests being answered (Handle)
   std::string id_prefix_;
 
   std::mutex mu_;
