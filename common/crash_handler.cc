@@ -3,6 +3,8 @@
 #include <execinfo.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -20,19 +22,48 @@ constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 // pointers and walks through the signal frame) and absl's symbolizer (written for this use).
 void Write(const char* s) { (void)!write(STDERR_FILENO, s, strlen(s)); }
 
-void OnFatalSignal(int sig, siginfo_t* info, void*) {
+void WriteFrame(const char* mark, void* pc) {
+  char symbol[256] = "?";
+  absl::Symbolize(pc, symbol, sizeof symbol);
   char line[512];
-  snprintf(line, sizeof line, "F crash_handler] fatal signal %d (%s) at address %p, thread %ld\n",
-           sig, sigabbrev_np(sig) != nullptr ? sigabbrev_np(sig) : "?",
-           info != nullptr ? info->si_addr : nullptr, static_cast<long>(gettid()));
+  snprintf(line, sizeof line, "    %s %p  %s\n", mark, pc, symbol);
+  Write(line);
+}
+
+void OnFatalSignal(int sig, siginfo_t* info, void* context) {
+  char name[17] = {0};
+  prctl(PR_GET_NAME, name);
+  void* pc = nullptr;
+  uintptr_t sp = 0;
+#if defined(__x86_64__)
+  if (context != nullptr) {
+    const mcontext_t& mc = static_cast<ucontext_t*>(context)->uc_mcontext;
+    pc = reinterpret_cast<void*>(mc.gregs[REG_RIP]);
+    sp = static_cast<uintptr_t>(mc.gregs[REG_RSP]);
+  }
+#endif
+  char line[512];
+  snprintf(line, sizeof line,
+           "F crash_handler] fatal signal %d (%s) at address %p, pc %p, thread %ld (%s)\n", sig,
+           sigabbrev_np(sig) != nullptr ? sigabbrev_np(sig) : "?",
+           info != nullptr ? info->si_addr : nullptr, pc, static_cast<long>(gettid()), name);
   Write(line);
   void* frames[64];
   const int n = backtrace(frames, 64);
-  for (int i = 0; i < n; ++i) {
-    char symbol[256] = "?";
-    absl::Symbolize(frames[i], symbol, sizeof symbol);
-    snprintf(line, sizeof line, "    @ %p  %s\n", frames[i], symbol);
-    Write(line);
+  for (int i = 0; i < n; ++i) WriteFrame("@", frames[i]);
+  if (n <= 3 && sp != 0) {
+    // The unwinder stopped at the faulting frame (a jump to a bad address, e.g. a null function
+    // pointer, has no unwind info): list the code addresses on the stack instead, the caller's
+    // return address first. A scan: some entries are stale.
+    Write("    stack scan (return addresses found on the stack):\n");
+    const auto* words = reinterpret_cast<void* const*>(sp);
+    for (int i = 0, shown = 0; i < 512 && shown < 24; ++i) {
+      char symbol[256];
+      if (absl::Symbolize(words[i], symbol, sizeof symbol)) {
+        WriteFrame("?", words[i]);
+        ++shown;
+      }
+    }
   }
   // Die of the same signal (SA_RESETHAND restored the default action): exit status and core
   // as if no handler ran.

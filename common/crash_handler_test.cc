@@ -23,5 +23,23 @@ TEST(CrashHandlerDeathTest, ReportsSignalAndStack) {
       testing::KilledBySignal(SIGSEGV), "fatal signal 11 \\(SEGV\\)(.|\n)*CrashHere");
 }
 
+void (*volatile null_function)() = nullptr;
+
+[[gnu::noinline]] void CallNull() {
+  null_function();
+  asm volatile("");
+}
+
+TEST(CrashHandlerDeathTest, JumpToNullListsTheCallerFromTheStack) {
+  // A call through a null pointer faults at pc 0, where the unwinder stops: the stack scan still
+  // names the caller.
+  EXPECT_EXIT(
+      {
+        InstallCrashHandler("/proc/self/exe");
+        CallNull();
+      },
+      testing::KilledBySignal(SIGSEGV), "pc \\(nil\\)(.|\n)*stack scan(.|\n)*CallNull");
+}
+
 }  // namespace
 }  // namespace tinyserve
