@@ -146,6 +146,7 @@ void RouterServer::Drain() {
   while ((admission_->inflight() > 0 || admission_->waiting() > 0) && NowSeconds() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  if (http_ != nullptr) http_->BeginShutdown();  // no in-process call after the server is down
   // Cancels what is still running (each call cancels its upstream and then finishes).
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   http_.reset();  // after the server: its handlers' calls have ended

@@ -224,7 +224,40 @@ void PrepareUnary(grpc::ClientContext* ctx, const std::string& api_key) {
   AttachApiKey(api_key, ctx);
 }
 
+grpc::Status ShuttingDown() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
+}
+
 }  // namespace
+
+// Open (true) unless the frontend is closing; while open, BeginShutdown waits for Done() or the
+// scope's end.
+class HttpFrontend::CallScope {
+ public:
+  explicit CallScope(HttpFrontend* f) : f_(f) {
+    std::lock_guard<std::mutex> lock(f_->gate_mu_);
+    open_ = !f_->closing_;
+    if (open_) ++f_->calling_;
+  }
+  ~CallScope() { Done(); }
+  explicit operator bool() const { return open_; }
+  void Done() {
+    if (!open_) return;
+    open_ = false;
+    std::lock_guard<std::mutex> lock(f_->gate_mu_);
+    if (--f_->calling_ == 0) f_->gate_cv_.notify_all();
+  }
+
+ private:
+  HttpFrontend* f_;
+  bool open_ = false;
+};
+
+void HttpFrontend::BeginShutdown() {
+  std::unique_lock<std::mutex> lock(gate_mu_);
+  closing_ = true;
+  gate_cv_.wait(lock, [this] { return calling_ == 0; });
+}
 
 HttpFrontend::HttpFrontend(const HttpFrontendOptions& options,
                            std::shared_ptr<grpc::Channel> channel, prometheus::Registry* registry,
@@ -458,7 +491,8 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
   // With a copy to fall back on, a refresh waits briefly.
   if (have_copy) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   v1::ModelInfo info;
-  const grpc::Status s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+  grpc::Status s = ShuttingDown();
+  if (CallScope scope(this); scope) s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     refreshing_ = false;
@@ -544,8 +578,11 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
   bool headers_sent = false, client_gone = false;
   std::optional<grpc::Status> failure;
   const char* traceparent = mg_get_header(conn, "traceparent");
+  CallScope scope(this);
+  if (!scope) return fail(ToAbslStatus(ShuttingDown()));
   CallGroup group(stub_.get(), parsed->calls, options_.api_key,
                   TraceContext::Parse(traceparent != nullptr ? traceparent : ""));
+  scope.Done();  // the calls exist: a shutdown from now on cancels them
   // A client that hangs up is noticed by a failed write when streaming, and by a look at its
   // socket every kDisconnectPoll (an unstreamed answer, a queued or prefilling request writes
   // nothing): its calls are cancelled, so the worker aborts them and frees their KV pages, as
@@ -638,11 +675,15 @@ int HttpFrontend::Embeddings(mg_connection* conn, const std::string& body) {
   std::mutex mu;
   std::condition_variable cv;
   std::optional<grpc::Status> status;
-  stub_->async()->Embed(&ctx, &*req, &resp, [&](grpc::Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    status = std::move(s);
-    cv.notify_all();
-  });
+  {
+    CallScope scope(this);
+    if (!scope) return SendError(conn, ShuttingDown());
+    stub_->async()->Embed(&ctx, &*req, &resp, [&](grpc::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      status = std::move(s);
+      cv.notify_all();
+    });
+  }
   const int sock = ConnectionSocket(mg_get_request_info(conn));
   {
     std::unique_lock<std::mutex> lock(mu);
@@ -692,14 +733,15 @@ int HttpFrontend::LoraAdapterCall(mg_connection* conn, const std::string& body, 
   grpc::ClientContext ctx;
   AttachApiKey(options_.api_key, &ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(150));
-  grpc::Status s;
-  if (load) {
+  grpc::Status s = ShuttingDown();
+  CallScope scope(this);
+  if (scope && load) {
     v1::LoadLoraAdapterRequest req;
     req.set_lora_name(fields[0]);
     req.set_lora_path(fields[1]);
     v1::LoraAdapterInfo info;
     s = stub_->LoadLoraAdapter(&ctx, req, &info);
-  } else {
+  } else if (scope) {
     v1::UnloadLoraAdapterRequest req;
     req.set_lora_name(fields[0]);
     v1::UnloadLoraAdapterResponse resp;
@@ -756,7 +798,8 @@ grpc::Status HttpFrontend::TokenizeCall(const v1::TokenizeRequest& req,
                                         v1::TokenizeResponse* resp) {
   grpc::ClientContext ctx;
   PrepareUnary(&ctx, options_.api_key);
-  return stub_->Tokenize(&ctx, req, resp);
+  CallScope scope(this);
+  return scope ? stub_->Tokenize(&ctx, req, resp) : ShuttingDown();
 }
 
 int HttpFrontend::CountTokens(mg_connection* conn, const std::string& body) {
@@ -799,6 +842,8 @@ int HttpFrontend::Detokenize(mg_connection* conn, const std::string& body) {
   grpc::ClientContext ctx;
   PrepareUnary(&ctx, options_.api_key);
   v1::DetokenizeResponse resp;
+  CallScope scope(this);
+  if (!scope) return SendError(conn, ShuttingDown());
   if (grpc::Status s = stub_->Detokenize(&ctx, req, &resp); !s.ok()) return SendError(conn, s);
   return SendBody(conn, 200, Dump({{"prompt", resp.text()}}));
 }
@@ -814,7 +859,9 @@ int HttpFrontend::Health(mg_connection* conn, const std::string&) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   AttachApiKey(options_.api_key, &ctx);
   v1::ServerInfo info;
-  const grpc::Status s = stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
+  grpc::Status s = ShuttingDown();
+  if (CallScope scope(this); scope)
+    s = stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
   if (s.ok() && info.ready()) return SendBody(conn, 200, "{}");
   return SendError(conn, 503, s.ok() ? "not ready" : s.error_message(),
                    "service_unavailable_error");

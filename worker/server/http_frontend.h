@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -79,6 +80,11 @@ class HttpFrontend {
       std::shared_ptr<prometheus::Collectable> metrics);
   ~HttpFrontend();
 
+  // Call before the server behind the channel shuts down: waits for the gRPC calls being made
+  // (unary calls until they end; streams until they have started) and answers later requests
+  // 503 without a call. gRPC 1.51 crashes creating a call on an in-process channel whose
+  // server has shut down (fixed upstream in 2025, grpc/grpc#38645).
+  void BeginShutdown();
   // Stops accepting and waits for running handlers (idempotent).
   void Stop();
   int port() const { return port_; }
@@ -122,6 +128,13 @@ class HttpFrontend {
   std::unique_ptr<TlsTerminator> tls_;  // HTTPS in front of civetweb, when configured
   std::atomic<uint64_t> next_id_{0};
   std::atomic<int> active_{0};  // requests being answered (Handle)
+
+  // The gate of BeginShutdown: a CallScope (http_frontend.cc) holds it while a call is made.
+  class CallScope;
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool closing_ = false;  // GUARDED_BY(gate_mu_)
+  int calling_ = 0;       // GUARDED_BY(gate_mu_)
   std::string id_prefix_;
 
   std::mutex mu_;

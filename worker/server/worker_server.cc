@@ -202,6 +202,7 @@ void WorkerServer::Drain() {
   // Stop() aborts whatever is left, so every open stream gets its OnFinish and closes;
   // then the server can shut down without waiting on a reactor that will never finish.
   engine_->Stop();
+  if (http_ != nullptr) http_->BeginShutdown();  // no in-process call after the server is down
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   http_.reset();  // after the server: its handlers' calls have ended
   if (health_server_ != nullptr) health_server_->Shutdown();
