@@ -22,15 +22,18 @@ constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 // pointers and walks through the signal frame) and absl's symbolizer (written for this use).
 void Write(const char* s) { (void)!write(STDERR_FILENO, s, strlen(s)); }
 
-void WriteFrame(const char* mark, void* pc) {
-  char symbol[256] = "?";
-  absl::Symbolize(pc, symbol, sizeof symbol);
+void WriteFrame(const char* mark, void* pc, const char* symbol) {
   char line[512];
   snprintf(line, sizeof line, "    %s %p  %s\n", mark, pc, symbol);
   Write(line);
 }
 
 void OnFatalSignal(int sig, siginfo_t* info, void* context) {
+  // A fault inside this handler (say, a damaged stack) then ends the process at once, by that
+  // signal's default action, instead of a second report.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : kSignals) sigaction(s, &dfl, nullptr);
   char name[17] = {0};
   prctl(PR_GET_NAME, name);
   void* pc = nullptr;
@@ -50,7 +53,11 @@ void OnFatalSignal(int sig, siginfo_t* info, void* context) {
   Write(line);
   void* frames[64];
   const int n = backtrace(frames, 64);
-  for (int i = 0; i < n; ++i) WriteFrame("@", frames[i]);
+  for (int i = 0; i < n; ++i) {
+    char symbol[256] = "?";
+    absl::Symbolize(frames[i], symbol, sizeof symbol);
+    WriteFrame("@", frames[i], symbol);
+  }
   if (n <= 3 && sp != 0) {
     // The unwinder stopped at the faulting frame (a jump to a bad address, e.g. a null function
     // pointer, has no unwind info): list the code addresses on the stack instead, the caller's
@@ -60,13 +67,13 @@ void OnFatalSignal(int sig, siginfo_t* info, void* context) {
     for (int i = 0, shown = 0; i < 512 && shown < 24; ++i) {
       char symbol[256];
       if (absl::Symbolize(words[i], symbol, sizeof symbol)) {
-        WriteFrame("?", words[i]);
+        WriteFrame("?", words[i], symbol);
         ++shown;
       }
     }
   }
-  // Die of the same signal (SA_RESETHAND restored the default action): exit status and core
-  // as if no handler ran.
+  // Die of the same signal (its default action is back): exit status and core as if no
+  // handler ran.
   raise(sig);
 }
 
@@ -76,8 +83,8 @@ void InstallCrashHandler(const char* argv0) {
   absl::InitializeSymbolizer(argv0);
   void* warm[1];
   backtrace(warm, 1);  // loads the unwinder now, not in the handler
-  // On the main thread the handler runs on a stack of its own, so an overflow there is reported
-  // too (other threads' handlers run on their own stacks).
+  // The main thread's handler runs on a stack of its own, so an overflow there is reported too;
+  // other threads have no such stack: one that overflows its stack dies without a report.
   static char alt_stack[64 * 1024];
   stack_t ss{};
   ss.ss_sp = alt_stack;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/timer.h"
@@ -17,14 +18,41 @@ namespace {
 namespace v1 = tinyserve::v1;
 using Async = v1::TinyServe::StubInterface::async_interface;
 
-// Forwards one unary call to a healthy worker, finishing `context`'s reactor from the
-// client callback. `call` issues the async client call.
+// A unary call passed on to workers: its client's cancel, or the server's shutdown, cancels the
+// upstream calls (registered from before they start until their callback). Deletes itself in
+// OnDone.
+class UpstreamUnary final : public grpc::ServerUnaryReactor {
+ public:
+  void Add(grpc::ClientContext* upstream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) upstream->TryCancel();  // before the call exists: it starts cancelled
+    upstream_.insert(upstream);
+  }
+  void Remove(grpc::ClientContext* upstream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    upstream_.erase(upstream);
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* upstream : upstream_) upstream->TryCancel();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::mutex mu_;
+  std::set<grpc::ClientContext*> upstream_;  // GUARDED_BY(mu_)
+  bool cancelled_ = false;                   // GUARDED_BY(mu_)
+};
+
+// Forwards one unary call to a healthy worker, finishing the reactor from the client callback.
+// `call` issues the async client call.
 template <typename Req, typename Resp>
 grpc::ServerUnaryReactor* Forward(
     RouterCore* core, grpc::CallbackServerContext* context, const Req* request, Resp* response,
     void (*call)(Async*, grpc::ClientContext*, const Req*, Resp*,
                  std::function<void(grpc::Status)>)) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new UpstreamUnary;
   if (grpc::Status s = CheckApiKey(*context, core->api_key); !s.ok()) {
     reactor->Finish(s);
     return reactor;
@@ -44,11 +72,12 @@ grpc::ServerUnaryReactor* Forward(
     up->context.set_deadline(context->deadline());
   }
   worker->Prepare(&up->context);
-  call(worker->api().async(), &up->context, request, response,
-       [reactor, up](grpc::Status s) {
-         reactor->Finish(s);
-         delete up;
-       });
+  reactor->Add(&up->context);
+  call(worker->api().async(), &up->context, request, response, [reactor, up](grpc::Status s) {
+    reactor->Remove(&up->context);
+    reactor->Finish(s);  // OnDone may delete the reactor from now on
+    delete up;
+  });
   return reactor;
 }
 
@@ -282,7 +311,7 @@ grpc::ServerUnaryReactor* ToWorkers(RouterCore* core, grpc::CallbackServerContex
                                     const Req* request, Resp* response, FanOutRules<Resp> rules,
                                     void (*call)(Async*, grpc::ClientContext*, const Req*, Resp*,
                                                  std::function<void(grpc::Status)>)) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new UpstreamUnary;
   if (grpc::Status s = CheckApiKey(*context, core->api_key); !s.ok()) {
     reactor->Finish(s);
     return reactor;
@@ -303,7 +332,7 @@ grpc::ServerUnaryReactor* ToWorkers(RouterCore* core, grpc::CallbackServerContex
     std::optional<grpc::Status> failure, tolerated, unhealthy_failure;  // GUARDED_BY(mu)
     Resp* response;
     FanOutRules<Resp> rules;
-    grpc::ServerUnaryReactor* reactor;
+    UpstreamUnary* reactor;
   };
   auto* fan = new FanOut;
   fan->pending = static_cast<int>(workers.size());
@@ -325,7 +354,9 @@ grpc::ServerUnaryReactor* ToWorkers(RouterCore* core, grpc::CallbackServerContex
         std::min(context->deadline(),
                  now + std::chrono::seconds(one->healthy ? fan->rules.timeout_seconds : 3)));
     w->Prepare(&one->context);
+    fan->reactor->Add(&one->context);
     call(w->api().async(), &one->context, request, &one->response, [fan, one](grpc::Status s) {
+      fan->reactor->Remove(&one->context);  // while this call still holds the reactor up
       bool last;
       {
         std::lock_guard<std::mutex> lock(fan->mu);

@@ -17,6 +17,9 @@ Cases (one CTest entry each, -k test_NAME):
   sigterm_under_load      SIGTERM to routers, then a worker, answering HTTP requests that each
                           make a gRPC call (/tokenize, /health) as fast as 4 clients send them:
                           each exits 0 (none crashes as its gRPC server shuts down)
+  drain_cancels_hung_calls  a /tokenize held by a stopped worker (SIGSTOP) is cancelled by the
+                          router's drain: the router exits 0 within seconds, not at the call's
+                          30 s deadline
   drain_timeout_ends_streams  SmolLM2-135M-Instruct: a stream that outlasts the router's drain
                           ends with an error event and a complete chunked body, the router
                           exits 0 and the worker frees the request's KV pages
@@ -412,6 +415,28 @@ class OpenAiHttpTest(cl.ClusterCase):
             self.assertGreater(answered, 0)
             self.assertEqual(code, 0, f"round {round_}: the {p.role} exited {code}; see "
                              f"{self.cluster.log_dir}")
+
+    def test_drain_cancels_hung_calls(self):
+        # A /tokenize forwarded to a worker that stopped answering (SIGSTOP) would hold the
+        # router's drain for its 30 s deadline: the drain cancels it, so the client gets an
+        # error and the router exits 0 within seconds.
+        import concurrent.futures
+        w = self.cluster.worker()
+        r = self.cluster.router([w])
+        self.assertEqual(post(r.http_port, "/tokenize", {"prompt": "x"})[0], 200)
+        w.kill(signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                hung = pool.submit(post, r.http_port, "/tokenize", {"prompt": "Once"}, 60)
+                time.sleep(0.3)  # the call is out (the router's poll has not yet seen the stop)
+                start = time.monotonic()
+                r.kill(signal.SIGTERM)
+                self.assertEqual(r.wait(timeout=60), 0)
+                self.assertLess(time.monotonic() - start, 10)
+                status, _ = hung.result(timeout=10)
+                self.assertNotEqual(status, 200)
+        finally:
+            w.kill(signal.SIGCONT)
 
     def test_drain_timeout_ends_streams(self):
         import openai

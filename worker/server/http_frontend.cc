@@ -231,13 +231,16 @@ grpc::Status ShuttingDown() {
 }  // namespace
 
 // Open (true) unless the frontend is closing; while open, BeginShutdown waits for Done() or the
-// scope's end.
+// scope's end, and first cancels `unary` (a blocking call's context; TryCancel before the call
+// exists cancels it as it starts).
 class HttpFrontend::CallScope {
  public:
-  explicit CallScope(HttpFrontend* f) : f_(f) {
+  explicit CallScope(HttpFrontend* f, grpc::ClientContext* unary = nullptr) : f_(f), unary_(unary) {
     std::lock_guard<std::mutex> lock(f_->gate_mu_);
     open_ = !f_->closing_;
-    if (open_) ++f_->calling_;
+    if (!open_) return;
+    ++f_->calling_;
+    if (unary_ != nullptr) f_->unary_.insert(unary_);
   }
   ~CallScope() { Done(); }
   explicit operator bool() const { return open_; }
@@ -245,17 +248,20 @@ class HttpFrontend::CallScope {
     if (!open_) return;
     open_ = false;
     std::lock_guard<std::mutex> lock(f_->gate_mu_);
+    if (unary_ != nullptr) f_->unary_.erase(unary_);
     if (--f_->calling_ == 0) f_->gate_cv_.notify_all();
   }
 
  private:
   HttpFrontend* f_;
+  grpc::ClientContext* unary_;
   bool open_ = false;
 };
 
 void HttpFrontend::BeginShutdown() {
   std::unique_lock<std::mutex> lock(gate_mu_);
   closing_ = true;
+  for (grpc::ClientContext* ctx : unary_) ctx->TryCancel();
   gate_cv_.wait(lock, [this] { return calling_ == 0; });
 }
 
@@ -351,7 +357,8 @@ HttpFrontend::~HttpFrontend() { Stop(); }
 void HttpFrontend::Stop() {
   // Answers still being written (at a drain their gRPC calls have ended: the server shut down
   // first) get up to 2 s to finish: once stopping, civetweb drops every write, which would cut
-  // a stream before its last events and its terminating chunk.
+  // a stream before its last events and its terminating chunk. Best effort: requests still
+  // arriving (answered 503 at once) count too, and one that starts after the wait is cut.
   for (int i = 0; i < 200 && ctx_ != nullptr && active_.load() > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -492,7 +499,9 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
   if (have_copy) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   v1::ModelInfo info;
   grpc::Status s = ShuttingDown();
-  if (CallScope scope(this); scope) s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+  if (CallScope scope(this, &ctx); scope) {
+    s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+  }
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     refreshing_ = false;
@@ -734,8 +743,7 @@ int HttpFrontend::LoraAdapterCall(mg_connection* conn, const std::string& body, 
   AttachApiKey(options_.api_key, &ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(150));
   grpc::Status s = ShuttingDown();
-  CallScope scope(this);
-  if (scope && load) {
+  if (CallScope scope(this, &ctx); scope && load) {
     v1::LoadLoraAdapterRequest req;
     req.set_lora_name(fields[0]);
     req.set_lora_path(fields[1]);
@@ -798,7 +806,7 @@ grpc::Status HttpFrontend::TokenizeCall(const v1::TokenizeRequest& req,
                                         v1::TokenizeResponse* resp) {
   grpc::ClientContext ctx;
   PrepareUnary(&ctx, options_.api_key);
-  CallScope scope(this);
+  CallScope scope(this, &ctx);
   return scope ? stub_->Tokenize(&ctx, req, resp) : ShuttingDown();
 }
 
@@ -842,9 +850,9 @@ int HttpFrontend::Detokenize(mg_connection* conn, const std::string& body) {
   grpc::ClientContext ctx;
   PrepareUnary(&ctx, options_.api_key);
   v1::DetokenizeResponse resp;
-  CallScope scope(this);
-  if (!scope) return SendError(conn, ShuttingDown());
-  if (grpc::Status s = stub_->Detokenize(&ctx, req, &resp); !s.ok()) return SendError(conn, s);
+  grpc::Status s = ShuttingDown();
+  if (CallScope scope(this, &ctx); scope) s = stub_->Detokenize(&ctx, req, &resp);
+  if (!s.ok()) return SendError(conn, s);
   return SendBody(conn, 200, Dump({{"prompt", resp.text()}}));
 }
 
@@ -860,8 +868,9 @@ int HttpFrontend::Health(mg_connection* conn, const std::string&) {
   AttachApiKey(options_.api_key, &ctx);
   v1::ServerInfo info;
   grpc::Status s = ShuttingDown();
-  if (CallScope scope(this); scope)
+  if (CallScope scope(this, &ctx); scope) {
     s = stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
+  }
   if (s.ok() && info.ready()) return SendBody(conn, 200, "{}");
   return SendError(conn, 503, s.ok() ? "not ready" : s.error_message(),
                    "service_unavailable_error");

@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -80,9 +81,9 @@ class HttpFrontend {
       std::shared_ptr<prometheus::Collectable> metrics);
   ~HttpFrontend();
 
-  // Call before the server behind the channel shuts down: waits for the gRPC calls being made
-  // (unary calls until they end; streams until they have started) and answers later requests
-  // 503 without a call. gRPC 1.51 crashes creating a call on an in-process channel whose
+  // Call before the server behind the channel shuts down: cancels the unary calls in progress,
+  // waits until they have ended and the streams being started have started, and answers later
+  // requests 503 without a call. gRPC 1.51 crashes creating a call on an in-process channel whose
   // server has shut down (fixed upstream in 2025, grpc/grpc#38645).
   void BeginShutdown();
   // Stops accepting and waits for running handlers (idempotent).
@@ -133,8 +134,9 @@ class HttpFrontend {
   class CallScope;
   std::mutex gate_mu_;
   std::condition_variable gate_cv_;
-  bool closing_ = false;  // GUARDED_BY(gate_mu_)
-  int calling_ = 0;       // GUARDED_BY(gate_mu_)
+  bool closing_ = false;                  // GUARDED_BY(gate_mu_)
+  int calling_ = 0;                       // GUARDED_BY(gate_mu_)
+  std::set<grpc::ClientContext*> unary_;  // GUARDED_BY(gate_mu_) cancelled by BeginShutdown
   std::string id_prefix_;
 
   std::mutex mu_;
