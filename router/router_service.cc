@@ -234,7 +234,7 @@ grpc::ServerUnaryReactor* RouterService::Detokenize(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* context,
                                                const v1::AbortRequest* request,
                                                v1::AbortResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new UpstreamUnary;
   if (grpc::Status s = CheckApiKey(*context, core_->api_key); !s.ok()) {
     reactor->Finish(s);
     return reactor;
@@ -249,7 +249,7 @@ grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* cont
     std::mutex mu;
     std::atomic<int> pending;
     v1::AbortResponse* response;
-    grpc::ServerUnaryReactor* reactor;
+    UpstreamUnary* reactor;
   };
   auto* fan = new FanOut;
   fan->pending = static_cast<int>(workers.size());
@@ -265,20 +265,21 @@ grpc::ServerUnaryReactor* RouterService::Abort(grpc::CallbackServerContext* cont
     one->worker = w;
     one->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     w->Prepare(&one->context);
-    w->api().async()->Abort(&one->context, request, &one->response,
-                            [fan, one](grpc::Status s) {
-                              if (s.ok()) {
-                                std::lock_guard<std::mutex> lock(fan->mu);
-                                for (const auto& id : one->response.aborted()) {
-                                  fan->response->add_aborted(id);
-                                }
-                              }
-                              delete one;
-                              if (--fan->pending == 0) {
-                                fan->reactor->Finish(grpc::Status::OK);
-                                delete fan;
-                              }
-                            });
+    fan->reactor->Add(&one->context);
+    w->api().async()->Abort(&one->context, request, &one->response, [fan, one](grpc::Status s) {
+      fan->reactor->Remove(&one->context);
+      if (s.ok()) {
+        std::lock_guard<std::mutex> lock(fan->mu);
+        for (const auto& id : one->response.aborted()) {
+          fan->response->add_aborted(id);
+        }
+      }
+      delete one;
+      if (--fan->pending == 0) {
+        fan->reactor->Finish(grpc::Status::OK);
+        delete fan;
+      }
+    });
   }
   return reactor;
 }
