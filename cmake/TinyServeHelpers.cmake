@@ -17,3 +17,12 @@ function(tinyserve_test name)
     set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}")
   endif()
 endfunction()
+
+# The Python that test fixtures and script tests run: the project venv (scripts/setup) when it
+# exists, else the system's python3.
+if(EXISTS ${CMAKE_SOURCE_DIR}/.venv/bin/python)
+  set(TINYSERVE_TEST_PYTHON ${CMAKE_SOURCE_DIR}/.venv/bin/python)
+else()
+  find_package(Python3 COMPONENTS Interpreter)
+  set(TINYSERVE_TEST_PYTHON ${Python3_EXECUTABLE})
+endif()

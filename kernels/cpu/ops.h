@@ -32,7 +32,10 @@ namespace tinyserve {
 // calls on the hot path.
 class RopeTable {
  public:
-  RopeTable(int head_dim, int max_pos, float theta);
+  // Pair i turns by pos * freq_scale * theta^(-2i/head_dim) / freq_factors[i] (factors empty:
+  // all 1; else head_dim / 2 of them).
+  RopeTable(int head_dim, int max_pos, float theta, float freq_scale = 1.0f,
+            const std::vector<float>& freq_factors = {});
   int max_pos() const { return max_pos_; }
   // Rotates x [head_dim] in place for pos < max_pos (see ApplyRope for the pairing).
   void Apply(float* x, int64_t pos, bool adjacent) const;

@@ -37,6 +37,23 @@ def check_prompt_logprobs(case, port, model_name, out, label, slack=0.5, mean_bo
     return round(worst, 3), round(total / n, 4)
 
 
+def check_greedy(case, address, out, label, at_least=12):
+    """Generates each of out["greedy"]'s prompts over gRPC (greedy, EOS ignored) and checks the
+    tokens with count_greedy_matches; asserts at least `at_least` compared; returns the count."""
+    import grpc
+
+    import cluster_test as ct
+    compared = 0
+    for g in out["greedy"]:
+        res = ct.generate(address, ct.request(ids=g["prompt_ids"], max_tokens=len(g["tokens"]),
+                                              ignore_eos=True), timeout=120)
+        case.assertEqual(res.code, grpc.StatusCode.OK, res.details)
+        compared += count_greedy_matches(case, label, res, g)
+    print(f"{label}: greedy tokens compared with llama.cpp before its first near tie: {compared}")
+    case.assertGreaterEqual(compared, at_least, "too few greedy tokens compared")
+    return compared
+
+
 def count_greedy_matches(case, label, result, greedy, tie=0.5):
     """Asserts a generation's tokens equal llama.cpp's greedy ones up to llama.cpp's first near
     tie (a gap under `tie` between its two best logits); returns how many were compared."""

@@ -1216,11 +1216,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     impl->tp_last_send = NowSeconds();
   }
   impl->PublishStats();
-  TS_LOG(INFO) << "loaded " << impl->source->Describe() << ": " << ArchName(mc.arch) << ", "
+  TS_LOG(INFO) << "loaded " << impl->source->Describe() << ": " << ArchName(mc) << ", "
                << mc.n_layers << " layers, dim " << mc.dim << ", " << mc.n_heads << "/"
                << mc.n_kv_heads << " heads, vocab " << mc.vocab_size << "; KV " << n_pages
-               << " pages of " << options.page_size << " tokens, " << KvDtypeName(kv_dtype)
-               << " (" << kv_bytes / (1 << 20) << " MiB) on " << options.device
+               << " pages of " << options.page_size << " tokens, " << KvDtypeName(kv_dtype) << " ("
+               << kv_bytes / (1 << 20) << " MiB) on " << options.device
                << (options.device == "cpu"
                        ? " (kernels: " + std::string(CpuIsaName(ActiveCpuIsa())) + ")"
                        : std::string());

@@ -3,6 +3,8 @@
 // tensors as views into the file's memory map. Every tensor the runners will read is checked
 // against the config when the file is opened, so a bad file fails here and not mid-forward.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -81,16 +83,23 @@ class GgufWeightSource final : public WeightSource {
     TS_ASSIGN_OR_RETURN(const std::string arch, file_->GetString("general.architecture"));
     arch_name_ = arch;
     TS_RETURN_IF_ERROR(LoadTokenizer());
-    if (arch == "llama") {
+    if (arch == "llama" || arch == "qwen2") {
       TS_RETURN_IF_ERROR(LoadConfig(Arch::kLlama, arch));
+      if (arch == "qwen2") {
+        // A Llama with Q/K/V biases whose Q/K rows llama.cpp's converter leaves in Hugging
+        // Face order: NEOX (rotate-half) RoPE.
+        config_.variant = arch;
+        config_.rope_style = RopeStyle::kRotateHalf;
+      }
       TS_RETURN_IF_ERROR(CheckLlamaShapes());
+      TS_RETURN_IF_ERROR(LoadRopeFactors());
     } else if (arch == "gpt2") {
       TS_RETURN_IF_ERROR(LoadConfig(Arch::kGpt2, arch));
       TS_RETURN_IF_ERROR(CheckGpt2Shapes());
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gguf: unsupported architecture '", arch, "' (general.architecture); TinyServe "
-          "reads llama and gpt2"));
+      return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
+                                                     "' (general.architecture); TinyServe "
+                                                     "reads llama, qwen2 and gpt2"));
     }
     return absl::OkStatus();
   }
@@ -136,6 +145,7 @@ class GgufWeightSource final : public WeightSource {
       TS_ASSIGN_OR_RETURN(c.norm_eps, md.Float("attention.layer_norm_rms_epsilon", 1e-5f));
       TS_ASSIGN_OR_RETURN(c.rope_theta, md.Float("rope.freq_base", 10000.0f));
       c.rope_style = RopeStyle::kAdjacent;
+      TS_RETURN_IF_ERROR(LoadRopeScaling(md));
     } else {
       TS_ASSIGN_OR_RETURN(c.ffn_dim, md.PositiveInt("feed_forward_length", 4 * c.dim));
       TS_ASSIGN_OR_RETURN(c.norm_eps, md.Float("attention.layer_norm_epsilon", 1e-5f));
@@ -150,11 +160,62 @@ class GgufWeightSource final : public WeightSource {
           "gguf: ", md.Key("attention.head_count"), " = ", c.n_heads, " is not a multiple of ",
           md.Key("attention.head_count_kv"), " = ", c.n_kv_heads));
     c.head_dim = c.dim / c.n_heads;
+    // Shapes TinyServe does not run are refused by name rather than computed wrongly.
+    for (const char* key : {"attention.key_length", "attention.value_length"}) {
+      TS_ASSIGN_OR_RETURN(const int n, md.PositiveInt(key, c.head_dim));
+      if (n != c.head_dim)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gguf: ", md.Key(key), " = ", n, " is not supported (TinyServe needs head size ",
+            md.Key("embedding_length"), " / ", md.Key("attention.head_count"), " = ", c.head_dim,
+            ")"));
+    }
+    if (arch == Arch::kLlama) {
+      TS_ASSIGN_OR_RETURN(const int n, md.PositiveInt("rope.dimension_count", c.head_dim));
+      if (n != c.head_dim)
+        return absl::InvalidArgumentError(
+            absl::StrCat("gguf: ", md.Key("rope.dimension_count"), " = ", n,
+                         " is not supported (partial RoPE; TinyServe rotates all ", c.head_dim,
+                         " channels of a head)"));
+    }
     if (c.vocab_size != vocab_from_tokens)
       return absl::InvalidArgumentError(absl::StrCat(
           "gguf: ", md.Key("vocab_size"), " = ", c.vocab_size,
           " disagrees with the ", vocab_from_tokens, " entries of tokenizer.ggml.tokens"));
     c.tied_embeddings = !file_->FindTensor("output.weight");
+    return absl::OkStatus();
+  }
+
+  // rope.scaling.type: none, or linear with rope.scaling.factor; others are refused.
+  absl::Status LoadRopeScaling(const MetadataReader& md) {
+    const std::string key = md.Key("rope.scaling.type");
+    if (file_->Find(key) == nullptr) return absl::OkStatus();
+    TS_ASSIGN_OR_RETURN(const std::string type, file_->GetString(key));
+    if (type == "none") return absl::OkStatus();
+    if (type != "linear")
+      return absl::InvalidArgumentError(
+          absl::StrCat("gguf: kv '", key, "' = '", type, "' is not supported (none, linear)"));
+    TS_ASSIGN_OR_RETURN(const float factor, md.Float("rope.scaling.factor", 1.0f));
+    config_.rope_freq_scale = 1.0f / factor;
+    return absl::OkStatus();
+  }
+
+  // Llama 3's RoPE frequency factors (tensor rope_freqs.weight, head_dim / 2 floats).
+  absl::Status LoadRopeFactors() {
+    const GgufTensorInfo* t = file_->FindTensor("rope_freqs.weight");
+    if (t == nullptr) return absl::OkStatus();
+    const int64_t half = config_.head_dim / 2;
+    TS_RETURN_IF_ERROR(Expect("rope_freqs.weight", {half}));
+    if (t->type != GgmlType::kF32)
+      return absl::InvalidArgumentError(absl::StrCat("gguf: tensor 'rope_freqs.weight' is ",
+                                                     std::string(GgmlTypeName(t->type)),
+                                                     ", expected F32"));
+    std::vector<float>& f = config_.rope_freq_factors;
+    f.resize(half);
+    std::memcpy(f.data(), t->data, half * sizeof(float));
+    for (int64_t i = 0; i < half; ++i)
+      if (!(f[i] > 0) || !std::isfinite(f[i]))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gguf: tensor 'rope_freqs.weight'[", i, "] = ", f[i], " must be positive and finite"));
     return absl::OkStatus();
   }
 
@@ -183,6 +244,9 @@ class GgufWeightSource final : public WeightSource {
       TS_RETURN_IF_ERROR(Expect(p + "attn_k.weight", {c.dim, kv}));
       TS_RETURN_IF_ERROR(Expect(p + "attn_v.weight", {c.dim, kv}));
       TS_RETURN_IF_ERROR(Expect(p + "attn_output.weight", {q, c.dim}));
+      for (const auto& [bias, n] : {std::pair{"attn_q.bias", q}, std::pair{"attn_k.bias", kv},
+                                    std::pair{"attn_v.bias", kv}})
+        if (file_->FindTensor(p + bias) != nullptr) TS_RETURN_IF_ERROR(Expect(p + bias, {n}));
       TS_RETURN_IF_ERROR(Expect(p + "ffn_norm.weight", {c.dim}));
       TS_RETURN_IF_ERROR(Expect(p + "ffn_gate.weight", {c.dim, c.ffn_dim}));
       TS_RETURN_IF_ERROR(Expect(p + "ffn_up.weight", {c.dim, c.ffn_dim}));

@@ -1,6 +1,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,73 @@ TEST(GgufWeightSourceTest, UnknownArchitecture) {
   TinyLlamaOptions o;
   o.arch = "mamba";
   ExpectOpenFails("tiny_mamba.gguf", TinyLlama(o), {"architecture", "'mamba'"});
+}
+
+TEST(GgufWeightSourceTest, Qwen2IsALlamaWithBiasesAndRotateHalfRope) {
+  TinyLlamaOptions o;
+  o.arch = "qwen2";
+  GgufBuilder b = TinyLlama(o);
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    b.AddTensor(p + "attn_q.bias", GgmlType::kF32, {32});
+    b.AddTensor(p + "attn_k.bias", GgmlType::kF32, {16});
+    b.AddTensor(p + "attn_v.bias", GgmlType::kF32, {16});
+  }
+  auto r = OpenBuilt("tiny_qwen2.gguf", b);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const ModelConfig& c = (*r)->config();
+  EXPECT_EQ(c.arch, Arch::kLlama);
+  EXPECT_EQ(ArchName(c), "qwen2");
+  EXPECT_EQ(c.rope_style, RopeStyle::kRotateHalf);
+  EXPECT_EQ(c.rope_theta, 500000.0f);
+
+  Reshape(b, "blk.1.attn_k.bias", {32});
+  ExpectOpenFails("tiny_qwen2_bad_bias.gguf", b, {"blk.1.attn_k.bias", "[32]", "[16]"});
+}
+
+TEST(GgufWeightSourceTest, RopeScaling) {
+  {
+    GgufBuilder b = TinyLlama();
+    b.AddString("llama.rope.scaling.type", "linear");
+    b.AddF32("llama.rope.scaling.factor", 4.0f);
+    std::vector<uint8_t> factors(4 * sizeof(float));
+    const float f[4] = {1.0f, 1.5f, 2.0f, 8.0f};
+    std::memcpy(factors.data(), f, sizeof(f));
+    b.AddTensor("rope_freqs.weight", GgmlType::kF32, {4}, factors);
+    auto r = OpenBuilt("tiny_rope_linear.gguf", b);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FLOAT_EQ((*r)->config().rope_freq_scale, 0.25f);
+    EXPECT_THAT((*r)->config().rope_freq_factors, ElementsAre(1.0f, 1.5f, 2.0f, 8.0f));
+  }
+  {
+    GgufBuilder b = TinyLlama();
+    b.AddString("llama.rope.scaling.type", "yarn");
+    ExpectOpenFails("tiny_rope_yarn.gguf", b, {"llama.rope.scaling.type", "'yarn'"});
+  }
+  {
+    GgufBuilder b = TinyLlama();
+    b.AddTensor("rope_freqs.weight", GgmlType::kF32, {4});  // zeros
+    ExpectOpenFails("tiny_rope_zero.gguf", b, {"rope_freqs.weight", "positive"});
+  }
+}
+
+TEST(GgufWeightSourceTest, ShapesTinyServeDoesNotRunAreRefused) {
+  {
+    GgufBuilder b = TinyLlama();
+    b.AddU32("llama.rope.dimension_count", 4);  // partial RoPE (head size 8)
+    ExpectOpenFails("tiny_partial_rope.gguf", b, {"llama.rope.dimension_count", "4"});
+  }
+  {
+    GgufBuilder b = TinyLlama();
+    b.AddU32("llama.attention.key_length", 16);
+    ExpectOpenFails("tiny_key_length.gguf", b, {"llama.attention.key_length", "16"});
+  }
+  {
+    GgufBuilder b = TinyLlama();
+    b.AddU32("llama.rope.dimension_count", 8);  // equal to the head size: fine
+    b.AddU32("llama.attention.value_length", 8);
+    EXPECT_TRUE(OpenBuilt("tiny_full_rope.gguf", b).ok());
+  }
 }
 
 TEST(GgufWeightSourceTest, ShapeMismatchNamesTensorAndShapes) {

@@ -136,10 +136,10 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::FromGguf(
   TS_ASSIGN_OR_RETURN(const std::string kind, string_kv("adapter.type"));
   if (kind != "lora") return fail(absl::StrCat("adapter.type is '", kind, "', not 'lora'"));
   TS_ASSIGN_OR_RETURN(const std::string arch, string_kv("general.architecture"));
-  if (arch != ArchName(base.arch))
+  if (arch != ArchName(base))
     return fail(absl::StrCat("general.architecture is '", arch, "' but the model is '",
-                             ArchName(base.arch), "'"));
-  if (base.arch == Arch::kLlama && base.rope_style != RopeStyle::kAdjacent)
+                             ArchName(base), "'"));
+  if (arch == "llama" && base.rope_style != RopeStyle::kAdjacent)
     return fail(
         "a GGUF adapter needs a GGUF base model (its Q/K rows are permuted for llama.cpp's RoPE; "
         "this model was loaded from a Hugging Face folder: give the adapter as a PEFT folder)");

@@ -10,4 +10,8 @@ const char* ArchName(Arch arch) {
   return "unknown";
 }
 
+std::string ArchName(const ModelConfig& c) {
+  return c.variant.empty() ? ArchName(c.arch) : c.variant;
+}
+
 }  // namespace tinyserve

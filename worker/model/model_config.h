@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace tinyserve {
 
@@ -22,6 +23,9 @@ enum class RopeStyle {
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
+  // GGUF general.architecture when it names a variant run as `arch` ("qwen2": a Llama with
+  // Q/K/V biases and rotate-half RoPE); empty otherwise. ArchName(config) gives the name.
+  std::string variant;
   std::string name;
   int n_layers = 0;
   int dim = 0;          // hidden size
@@ -33,10 +37,16 @@ struct ModelConfig {
   int max_context = 0;  // trained context length
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  // Channel pair i turns by pos * rope_freq_scale * theta^(-2i/head_dim) / rope_freq_factors[i]:
+  // linear scaling (GGUF rope.scaling.type "linear") and Llama 3's per-frequency factors (GGUF
+  // tensor rope_freqs.weight, or config.json rope_scaling "llama3"); empty factors are all 1.
+  float rope_freq_scale = 1.0f;
+  std::vector<float> rope_freq_factors;
   RopeStyle rope_style = RopeStyle::kAdjacent;
   bool tied_embeddings = false;  // LM head is the token embedding
 };
 
 const char* ArchName(Arch arch);
+std::string ArchName(const ModelConfig& c);
 
 }  // namespace tinyserve

@@ -72,11 +72,14 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSourc
   const ModelConfig& c = source.config();
   if (c.arch != Arch::kLlama)
     return absl::UnimplementedError(
-        absl::StrCat("--device cuda runs Llama-family models; ", ArchName(c.arch), " is CPU-only"));
+        absl::StrCat("--device cuda runs Llama-family models; ", ArchName(c), " is CPU-only"));
   for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"})
     if (source.Has(absl::StrCat("blk.0.", bias)))
       return absl::UnimplementedError(
           absl::StrCat("--device cuda: attention biases (blk.0.", bias, ") are not supported"));
+  if (c.rope_freq_scale != 1.0f || !c.rope_freq_factors.empty())
+    return absl::UnimplementedError(
+        "--device cuda: RoPE scaling (linear, or Llama 3's rope_freqs) is not supported");
   if (o.num_pages <= 0 || o.num_pages > (int64_t{1} << 30))
     return absl::InvalidArgumentError(absl::StrCat("kv pages must be in [1, 2^30], got ", o.num_pages));
   std::unique_ptr<CudaRunner> r(new CudaRunner());

@@ -62,6 +62,11 @@ class RandomLlama : public WeightSource {
     }
   }
   const ModelConfig& config() const override { return c_; }
+  ModelConfig& mutable_config() { return c_; }
+  void AddZeros(const std::string& name, int64_t n) {
+    data_[name].assign(static_cast<size_t>(n), 0.f);
+    shapes_[name] = {n};
+  }
   const TokenizerData& tokenizer_data() const override { return tok_; }
   absl::StatusOr<TensorRef> Get(const std::string& name) const override {
     auto it = data_.find(name);
@@ -209,6 +214,35 @@ TEST(CudaRunner, MatchesTheCpuRunnerOnMixedAndDecodeSteps) {
     }
     EXPECT_GE(agree, rows - 1) << "argmax agreement " << agree << "/" << rows;
     EXPECT_GT(cuda->totals().graph_steps, 0);  // decode steps replayed as graphs
+  }
+}
+
+// What the GPU path does not run is refused by name before any device work (no GPU needed).
+TEST(CudaRunner, RefusesRopeScalingAndBiases) {
+  auto refused = [](const WeightSource& src, const std::string& what) {
+    CudaRunnerOptions o;
+    o.page_size = kPage;
+    o.num_pages = kPages;
+    absl::StatusOr<std::unique_ptr<CudaRunner>> r = CudaRunner::Create(src, o);
+    ASSERT_FALSE(r.ok());
+    if (r.status().message().find("no CUDA runner") != std::string::npos) return;  // CPU build
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << r.status();
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
+  };
+  {
+    RandomLlama src(RopeStyle::kRotateHalf, 1);
+    src.mutable_config().rope_freq_factors.assign(32, 2.f);
+    refused(src, "RoPE scaling");
+  }
+  {
+    RandomLlama src(RopeStyle::kAdjacent, 1);
+    src.mutable_config().rope_freq_scale = 0.5f;
+    refused(src, "RoPE scaling");
+  }
+  {
+    RandomLlama src(RopeStyle::kRotateHalf, 1);  // a qwen2
+    src.AddZeros("blk.0.attn_k.bias", 128);
+    refused(src, "blk.0.attn_k.bias");
   }
 }
 

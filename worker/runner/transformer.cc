@@ -222,7 +222,8 @@ absl::StatusOr<std::unique_ptr<TransformerRunner>> TransformerRunner::Create(
   TS_RETURN_IF_ERROR(r->Load(source));
   const int max_pos = options.max_positions > 0 ? options.max_positions : c.max_context;
   if (c.rope_style != RopeStyle::kNone)
-    r->rope_ = std::make_unique<RopeTable>(c.head_dim, max_pos, c.rope_theta);
+    r->rope_ = std::make_unique<RopeTable>(c.head_dim, max_pos, c.rope_theta, c.rope_freq_scale,
+                                           c.rope_freq_factors);
   return r;
 }
 

@@ -35,7 +35,7 @@ std::string ModelIdentity(const Engine& engine) {
   Fnv1a digest;
   const ModelConfig& c = engine.model_config();
   const TokenizerData& t = engine.tokenizer().data();
-  digest.Add(absl::StrCat(ArchName(c.arch), " ", c.n_layers, " ", c.dim, " ", c.n_heads, " ",
+  digest.Add(absl::StrCat(ArchName(c), " ", c.n_layers, " ", c.dim, " ", c.n_heads, " ",
                           c.n_kv_heads, " ", c.head_dim, " ", c.ffn_dim, " ", c.rope_theta, " ",
                           t.model, " ", t.bos_id, " ", t.eos_id, " ", t.tokens.size()));
   for (const std::string& token : t.tokens) digest.Add(token);
@@ -161,7 +161,7 @@ grpc::ServerUnaryReactor* TinyServeService::GetModelInfo(grpc::CallbackServerCon
   const ModelConfig& c = engine.model_config();
   response->set_name(SanitizeUtf8(engine.served_name()));
   response->set_path(SanitizeUtf8(state_->model_path));
-  response->set_arch(ArchName(c.arch));
+  response->set_arch(ArchName(c));
   response->set_vocab_size(engine.tokenizer().vocab_size());
   response->set_max_context(engine.max_context());
   response->set_page_size(engine.options().page_size);

@@ -34,7 +34,7 @@ int32_t BpeTokenizer::Intern(const std::string& s) {
 }
 
 absl::Status BpeTokenizer::Init() {
-  pre_kind_ = data_.pre == "smollm" ? PreTokenizerKind::kSmollm : PreTokenizerKind::kGpt2;
+  TS_ASSIGN_OR_RETURN(pre_kind_, PreTokenizerFromName(data_.pre));
   const int32_t n_vocab = vocab_size();
   symbol_ids_.reserve(n_vocab * 2);
   for (int32_t id = 0; id < n_vocab; ++id) {

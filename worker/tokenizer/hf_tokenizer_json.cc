@@ -29,6 +29,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return s.str();
 }
 
+// The Split regexes of Llama 3's and Qwen2's tokenizer.json (pre_tokenizer.h).
+constexpr std::string_view kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // Every pre-tokenizer of a (possibly Sequence) pre_tokenizer, in order.
 void Flatten(const json& node, std::vector<const json*>* out) {
   if (!node.is_object()) return;
@@ -156,8 +162,25 @@ absl::StatusOr<TokenizerData> TokenizerDataFromHfJsonText(const std::string& tok
     data.model = "gpt2";
     data.pre = "gpt-2";
     for (const json* n : pre) {
-      if (n->value("type", "") == "Digits" && n->value("individual_digits", false)) {
-        data.pre = "smollm";
+      const std::string type = n->value("type", "");
+      if (type == "Digits" && n->value("individual_digits", false)) data.pre = "smollm";
+      if (type == "Split") {
+        // Llama 3 and Qwen2 split by a regex of their own before a ByteLevel without one.
+        const json* regex = n->contains("pattern") && (*n)["pattern"].is_object() &&
+                                    (*n)["pattern"].contains("Regex") &&
+                                    (*n)["pattern"]["Regex"].is_string()
+                                ? &(*n)["pattern"]["Regex"]
+                                : nullptr;
+        const std::string pattern = regex != nullptr ? regex->get<std::string>() : "";
+        if (pattern == kLlama3Pattern) {
+          data.pre = "llama-bpe";
+        } else if (pattern == kQwen2Pattern) {
+          data.pre = "qwen2";
+        } else {
+          return Bad(absl::StrCat("unsupported pre_tokenizer Split pattern '",
+                                  pattern.substr(0, 80),
+                                  "' (TinyServe implements Llama 3's and Qwen2's)"));
+        }
       }
     }
   } else if (byte_fallback || HasType(pre, "Metaspace") || HasType(norm, "Prepend")) {

@@ -3,6 +3,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace tinyserve {
 namespace {
@@ -24,6 +25,36 @@ std::string WithMerges(const std::string& merges) {
   std::string json = kByteLevelJson;
   json.replace(json.find("MERGES"), 6, merges);
   return json;
+}
+
+// tokenizer.json of a Llama 3 or Qwen2 model: Split(regex) then ByteLevel(use_regex false).
+std::string WithSplit(const std::string& pattern) {
+  nlohmann::json j = nlohmann::json::parse(WithMerges(R"(["h e"])"));
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", pattern}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  return j.dump();
+}
+
+TEST(HfTokenizerJson, SplitPatternsOfLlama3AndQwen2) {
+  const std::string qwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  std::string llama3 = qwen2;
+  llama3.replace(llama3.find("\\p{N}|"), 6, "\\p{N}{1,3}|");
+  for (const auto& [pattern, want] : {std::pair{qwen2, "qwen2"}, std::pair{llama3, "llama-bpe"}}) {
+    absl::StatusOr<TokenizerData> data = TokenizerDataFromHfJsonText(WithSplit(pattern), "{}");
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(data->pre, want);
+  }
+  // Any other regex would split text differently: refused, not read as GPT-2's.
+  absl::StatusOr<TokenizerData> other = TokenizerDataFromHfJsonText(WithSplit("\\s+"), "{}");
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(other.status().message(), ::testing::HasSubstr("Split pattern"));
 }
 
 TEST(HfTokenizerJson, ByteLevelWithDigitsIsSmollm) {

@@ -1,8 +1,10 @@
 // File: worker/tokenizer/pre_tokenizer.cc
 #include "worker/tokenizer/pre_tokenizer.h"
 
+#include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/str_cat.h"
 #include "worker/tokenizer/unicode.h"
 
 namespace tinyserve {
@@ -24,6 +26,14 @@ uint8_t ClassOf(uint32_t cp) {
 }
 
 bool IsOther(uint8_t f) { return f != 0 && (f & (kLetter | kNumber | kSpace)) == 0; }
+
+// The end of the last alternatives of both regexes at `pos`, where `spaces` whitespace code
+// points start: '\s+(?!\S)' (leaving the last space to the word that follows), '\s+', or no
+// match (one code point).
+size_t WhitespaceEnd(size_t pos, size_t spaces, size_t end) {
+  if (spaces > 1 && pos + spaces < end) return pos + spaces - 1;
+  return pos + std::max<size_t>(spaces, 1);
+}
 
 // Splits code points [ini, end) by the GPT-2 regex; appends piece lengths in code points.
 void SplitGpt2(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& cls, size_t ini,
@@ -77,23 +87,102 @@ void SplitGpt2(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& cls
     }
     size_t spaces = 0;
     while (flags(pos + spaces) & kSpace) ++spaces;
-    // '\s+(?!\S)': leave the last space to the word that follows.
-    if (spaces > 1 && pos + spaces < end) {
-      pos += spaces - 1;
+    pos = WhitespaceEnd(pos, spaces, end);
+    add(pos);
+  }
+}
+
+// Splits code points [ini, end) by the Llama 3 regex (max_digits 3) or Qwen2's (max_digits 1);
+// appends piece lengths in code points.
+void SplitLlama3(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& cls, size_t ini,
+                 size_t end, size_t max_digits, std::vector<size_t>* lengths) {
+  auto cpt = [&](size_t pos) -> uint32_t { return pos < end ? cps[pos] : 0xFFFFFFFFu; };
+  auto flags = [&](size_t pos) -> uint8_t { return pos < end ? cls[pos] : 0; };
+  auto lower = [](uint32_t c) { return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c; };
+  auto newline = [](uint32_t c) { return c == '\r' || c == '\n'; };
+  size_t prev_end = ini;
+  auto add = [&](size_t stop) {
+    if (stop > prev_end) lengths->push_back(stop - prev_end);
+    prev_end = stop;
+  };
+
+  for (size_t pos = ini; pos < end;) {
+    const uint32_t c = cps[pos];
+    const uint8_t f = cls[pos];
+    // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+    if (c == '\'' && pos + 1 < end) {
+      const uint32_t n1 = lower(cpt(pos + 1));
+      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') {
+        pos += 2;
+        add(pos);
+        continue;
+      }
+      if (pos + 2 < end) {
+        const uint32_t n2 = lower(cpt(pos + 2));
+        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
+          pos += 3;
+          add(pos);
+          continue;
+        }
+      }
+    }
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    if (!newline(c) && !(f & kNumber) && ((f & kLetter) || (flags(pos + 1) & kLetter))) {
+      ++pos;
+      while (flags(pos) & kLetter) ++pos;
       add(pos);
       continue;
     }
-    // '\s+'
-    if (spaces > 0) {
-      pos += spaces;
+    // \p{N}{1,max_digits}
+    if (f & kNumber) {
+      size_t run = pos;
+      while (flags(pos) & kNumber) {
+        if (++pos - run >= max_digits) {
+          add(pos);
+          run = pos;
+        }
+      }
       add(pos);
       continue;
     }
-    add(++pos);  // no match
+    // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+    if (IsOther(c == ' ' ? flags(pos + 1) : f)) {
+      pos += (c == ' ');
+      while (IsOther(flags(pos))) ++pos;
+      while (pos < end && newline(cps[pos])) ++pos;
+      add(pos);
+      continue;
+    }
+    size_t spaces = 0, last_newline_end = 0;
+    while (flags(pos + spaces) & kSpace) {
+      if (newline(cps[pos + spaces])) last_newline_end = pos + spaces + 1;
+      ++spaces;
+    }
+    // '\s*[\r\n]+'
+    if (last_newline_end > 0) {
+      pos = last_newline_end;
+      add(pos);
+      continue;
+    }
+    pos = WhitespaceEnd(pos, spaces, end);
+    add(pos);
   }
 }
 
 }  // namespace
+
+absl::StatusOr<PreTokenizerKind> PreTokenizerFromName(std::string_view name) {
+  if (name.empty() || name == "default" || name == "gpt-2" || name == "gpt2" || name == "phi-2")
+    return PreTokenizerKind::kGpt2;
+  if (name == "smollm") return PreTokenizerKind::kSmollm;
+  if (name == "llama-bpe" || name == "llama3" || name == "llama-v3" || name == "falcon3")
+    return PreTokenizerKind::kLlama3;
+  if (name == "qwen2" || name == "deepseek-r1-qwen") return PreTokenizerKind::kQwen2;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tokenizer: pre-tokenizer '", std::string(name),
+      "' (GGUF tokenizer.ggml.pre) is not supported; TinyServe splits text as gpt-2, smollm, "
+      "llama-bpe (Llama 3) and qwen2"));
+}
 
 std::vector<std::string_view> PreTokenize(std::string_view text, PreTokenizerKind kind) {
   std::vector<size_t> byte_offsets;
@@ -113,6 +202,8 @@ std::vector<std::string_view> PreTokenize(std::string_view text, PreTokenizerKin
       }
     }
     if (start < cps.size()) SplitGpt2(cps, cls, start, cps.size(), &lengths);
+  } else if (kind == PreTokenizerKind::kLlama3 || kind == PreTokenizerKind::kQwen2) {
+    SplitLlama3(cps, cls, 0, cps.size(), kind == PreTokenizerKind::kLlama3 ? 3 : 1, &lengths);
   } else {
     SplitGpt2(cps, cls, 0, cps.size(), &lengths);
   }

@@ -48,11 +48,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerData data)
   if (absl::Status s = CheckData(data); !s.ok()) return s;
   if (data.model == "gpt2") {
     if (data.pre.empty()) data.pre = "default";
-    if (data.pre != "gpt-2" && data.pre != "default" && data.pre != "smollm") {
-      return absl::InvalidArgumentError(absl::StrCat("tokenizer: unsupported pre-tokenizer '",
-                                                     data.pre,
-                                                     "' (supported: gpt-2, default, smollm)"));
-    }
     return BpeTokenizer::Create(std::move(data));
   }
   if (data.model == "llama") return SpmTokenizer::Create(std::move(data));

@@ -2,7 +2,10 @@
 // Every golden of tests/golden/tokenizer (made by scripts/make_tokenizer_goldens.py from
 // llama.cpp, cross-checked with Hugging Face tokenizers) must match id for id, and
 // Decode(Encode(x)) == x must hold on every text. SmolLM2 tests skip when its GGUF is absent.
+// qwen2 is Qwen's real 151,646-token vocabulary (its llama.cpp ids cross-checked with tiktoken,
+// Qwen's own tokenizer): the qwen2 pre-tokenizer at scale.
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
@@ -10,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "worker/tokenizer/pre_tokenizer.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/tokenizer/tokenizer_test_util.h"
 
@@ -25,6 +29,11 @@ struct Fixture {
 };
 
 std::string ModelPath(const std::string& name) {
+  if (name == "qwen2") {
+    // Written by the CTest fixture qwen_vocab (scripts/make_qwen_vocab.py).
+    const char* env = std::getenv("TINYSERVE_QWEN_VOCAB");
+    return env != nullptr ? env : "build/test-models/qwen2-vocab.gguf";
+  }
   return name == "smollm2" ? DefaultModelPath() : Stories260kPath();
 }
 
@@ -136,7 +145,30 @@ TEST_P(TokenizerGoldenTest, ChatRenderingMatchesTemplate) {
               ElementsAreArray(chat["ids"].get<std::vector<int32_t>>()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, TokenizerGoldenTest, ::testing::Values("stories260K", "smollm2"));
+// The Llama 3 and Qwen2 splitters against the pieces Hugging Face tokenizers' Split regex makes
+// of the same texts (tests/golden/tokenizer/qwen2.json "pre_tokenizer"); needs no vocabulary.
+TEST(PreTokenizerGolden, Llama3AndQwen2MatchHuggingFaceSplit) {
+  absl::StatusOr<std::string> text = ReadWholeFile("tests/golden/tokenizer/qwen2.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  const json golden = json::parse(*text)["pre_tokenizer"];
+  const std::vector<std::string> texts = golden["texts"].get<std::vector<std::string>>();
+  ASSERT_GT(texts.size(), 100u);
+  for (const auto& [name, kind] : {std::pair{"qwen2", PreTokenizerKind::kQwen2},
+                                   std::pair{"llama-bpe", PreTokenizerKind::kLlama3}}) {
+    ASSERT_EQ(*PreTokenizerFromName(name), kind);
+    const json& want = golden[name];
+    ASSERT_EQ(want.size(), texts.size());
+    for (size_t i = 0; i < texts.size(); ++i) {
+      std::vector<std::string> got;
+      for (std::string_view p : PreTokenize(texts[i], kind)) got.emplace_back(p);
+      EXPECT_THAT(got, ElementsAreArray(want[i].get<std::vector<std::string>>()))
+          << name << " on '" << texts[i] << "'";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TokenizerGoldenTest,
+                         ::testing::Values("stories260K", "smollm2", "qwen2"));
 
 // model-formats.md §6.3, stated here as well so that a regenerated golden cannot hide a drift.
 TEST(TokenizerSpecVectors, SmolLm2) {

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Writes SmolLM2-135M-Instruct rewritten as the Llama variants TinyServe reads, so that each can
+be checked against llama.cpp on real weights:
+
+  qwen2        general.architecture "qwen2" (every llama.* key renamed qwen2.*): attn_q and attn_k
+               rows put back in Hugging Face order (llama.cpp's converter permutes them for
+               "llama" only; qwen2 runs NEOX, rotate-half, RoPE), Q/K/V biases added (seeded,
+               std 0.05 / 0.1 / 0.02: small enough that the model still answers), and
+               tokenizer.ggml.pre "qwen2". The source model's function up to the biases.
+  llama3-rope  "llama" with a rope_freqs.weight tensor (Llama 3's per-frequency divisors; here a
+               seeded uniform 1-1.25 on every channel pair, so short prompts feel them too),
+               rope.scaling.type "linear" with factor 1.1, and tokenizer.ggml.pre "llama-bpe".
+
+Usage:
+  scripts/make_variant_models.py SOURCE.gguf OUT.gguf VARIANT     write one (numpy and gguf only)
+  scripts/make_variant_models.py --goldens [SOURCE.gguf]          dev-time: llama.cpp's outputs
+        on both variants into tests/golden/smollm2/variants.json (needs llama-cpp-python): what
+        scripts/make_lora_goldens.run records, as for the K-quant goldens, and the ids of
+        make_tokenizer_goldens.COMMON_CASES under each variant's pre-tokenizer
+
+Quantized tensors are copied byte for byte (row permutations move whole rows), so the output
+is byte-for-byte the same on any machine; tests/cluster/variant_test.py checks its sha256
+against the golden before comparing.
+"""
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_lora_adapter import sha256  # noqa: E402,F401  (tests call make_variant_models.sha256)
+
+VARIANTS = ("qwen2", "llama3-rope")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOLDEN = os.path.join(ROOT, "tests", "golden", "smollm2", "variants.json")
+
+
+def uniform(seed, n, lo, hi):
+    """Deterministic on any numpy: PCG64's raw 64-bit stream mapped to [lo, hi)."""
+    raw = np.random.Generator(np.random.PCG64(seed)).bit_generator.random_raw(n)
+    return (lo + (hi - lo) * (raw >> np.uint64(11)).astype(np.float64) / 2.0**53).astype(
+        np.float32)
+
+
+def normal(seed, n, std):
+    # Sum of 12 uniforms minus 6: close enough to a normal, and exactly reproducible.
+    u = uniform(seed, 12 * n, 0.0, 1.0).astype(np.float64).reshape(n, 12)
+    return ((u.sum(axis=1) - 6.0) * std).astype(np.float32)
+
+
+def unpermute_rows(data, n_rows, n_head):
+    """Inverse of llama.cpp's Q/K row permutation (convert_hf_to_gguf's LlamaModel.permute)."""
+    rows = data.reshape(n_rows, -1)
+    hd = n_rows // n_head
+    rows = rows.reshape(n_head, hd // 2, 2, -1).swapaxes(1, 2).reshape(n_rows, -1)
+    return np.ascontiguousarray(rows).reshape(-1)
+
+
+def write(source, out, variant):
+    if variant not in VARIANTS:
+        sys.exit(f"unknown variant {variant!r} (one of {', '.join(VARIANTS)})")
+    r = GGUFReader(source)
+    src_arch = r.fields["general.architecture"].contents()
+    arch = "qwen2" if variant == "qwen2" else src_arch
+    n_head = r.fields[f"{src_arch}.attention.head_count"].contents()
+    n_kv = r.fields[f"{src_arch}.attention.head_count_kv"].contents()
+    head_dim = r.fields[f"{src_arch}.embedding_length"].contents() // n_head
+    n_layers = r.fields[f"{src_arch}.block_count"].contents()
+
+    w = GGUFWriter(out, arch)  # writes general.architecture
+    for key, field in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value = field.contents()
+        if key == "tokenizer.ggml.pre":
+            value = "qwen2" if variant == "qwen2" else "llama-bpe"
+        if key.startswith(src_arch + "."):
+            key = arch + key[len(src_arch):]
+        sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
+        w.add_key_value(key, value, field.types[0], sub_type=sub)
+    if variant == "llama3-rope":
+        w.add_key_value(f"{arch}.rope.scaling.type", "linear", GGUFValueType.STRING)
+        w.add_key_value(f"{arch}.rope.scaling.factor", 1.1, GGUFValueType.FLOAT32)
+
+    for t in r.tensors:
+        data = np.array(t.data, copy=True).reshape(-1).view(np.uint8)
+        shape = [int(v) for v in t.shape]
+        if variant == "qwen2" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
+            heads = n_head if t.name.endswith("attn_q.weight") else n_kv
+            data = unpermute_rows(data, shape[1], heads)
+        qtype = GGMLQuantizationType(int(t.tensor_type))
+        if qtype == GGMLQuantizationType.F32:
+            w.add_tensor(t.name, data.view(np.float32).reshape(list(reversed(shape))))
+        else:  # quantized: rows of bytes, from which gguf derives the shape
+            w.add_tensor(t.name, data.reshape(int(np.prod(shape[1:])), -1), raw_dtype=qtype)
+    if variant == "qwen2":
+        for layer in range(n_layers):
+            for i, (proj, rows, std) in enumerate((("q", n_head * head_dim, 0.05),
+                                                    ("k", n_kv * head_dim, 0.1),
+                                                    ("v", n_kv * head_dim, 0.02))):
+                w.add_tensor(f"blk.{layer}.attn_{proj}.bias", normal(100 * layer + i, rows, std))
+    else:
+        w.add_tensor("rope_freqs.weight", uniform(7, head_dim // 2, 1.0, 1.25))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def goldens(source):
+    import llama_cpp
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import make_lora_goldens
+    import make_tokenizer_goldens
+    out = {"generator": "scripts/make_variant_models.py --goldens",
+           "llama_cpp_python": llama_cpp.__version__, "source_sha256": sha256(source),
+           "variants": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for variant in VARIANTS:
+            path = os.path.join(tmp, variant + ".gguf")
+            write(source, path, variant)
+            vocab = llama_cpp.Llama(path, vocab_only=True, verbose=False)
+            tokenize = [{"text": t, "ids": vocab.tokenize(t.encode("utf-8"), add_bos=False,
+                                                          special=False)}
+                        for t in make_tokenizer_goldens.COMMON_CASES if t]
+            out["variants"][variant] = {"model_sha256": sha256(path),
+                                        "outputs": make_lora_goldens.run(None, path),
+                                        "tokenize": tokenize}
+            print(variant, [g["text"][:60] for g in out["variants"][variant]["outputs"]["greedy"]])
+    with open(GOLDEN, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=0)
+        f.write("\n")
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "--goldens":
+        goldens(sys.argv[2] if len(sys.argv) > 2 else os.path.expanduser(
+            "~/.cache/tinyserve/SmolLM2-135M-Instruct.Q4_1.gguf"))
+        return
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    write(*sys.argv[1:])
+    print(f"{sys.argv[2]}: sha256 {sha256(sys.argv[2])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Llama variants TinyServe reads from GGUF, served and compared with llama.cpp on real weights.
+
+  python variant_test.py --binary build/bin/tinyserve [unittest args]
+
+Cases (models written by scripts/make_variant_models.py from SmolLM2-135M-Instruct Q4_1,
+byte-identical to the files scripts/make_variant_models.py --goldens gave llama.cpp; outputs in
+tests/golden/smollm2/variants.json):
+  qwen2_matches_llama_cpp        architecture qwen2: Q/K/V biases, rotate-half RoPE on
+                                 unpermuted Q/K rows, the qwen2 pre-tokenizer
+  llama3_rope_matches_llama_cpp  Llama 3's rope_freqs factors with linear RoPE scaling, the
+                                 llama-bpe (Llama 3) pre-tokenizer
+Each: /tokenize gives llama.cpp's ids for 38 texts (digits, contractions, newlines, scripts),
+prompt logprobs over HTTP and greedy tokens over gRPC match llama.cpp's by the bounds the LoRA
+goldens use.
+"""
+import json
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import cluster_lib as cl  # noqa: E402
+import cluster_test as ct  # noqa: E402  (request/generate helpers)
+import golden_compare as gc  # noqa: E402
+import make_variant_models  # noqa: E402
+from openai_http_test import post  # noqa: E402
+
+GOLDEN = os.path.join(HERE, "..", "golden", "smollm2", "variants.json")
+
+
+class VariantTest(cl.ClusterCase):
+
+    def check(self, variant, log_line):
+        source = cl.smollm2_model(self)
+        with open(GOLDEN) as f:
+            golden = json.load(f)
+        self.assertEqual(make_variant_models.sha256(source), golden["source_sha256"])
+        want = golden["variants"][variant]
+        model = os.path.join(tempfile.mkdtemp(prefix="tinyserve-variant-"), variant + ".gguf")
+        make_variant_models.write(source, model, variant)
+        self.assertEqual(make_variant_models.sha256(model), want["model_sha256"],
+                         "the generator no longer writes the golden's model")
+        w = self.cluster.worker("--model", model, "--max-step-tokens", "64")
+        r = self.cluster.router([w])
+        self.assertIn(log_line, self.cluster.logs())
+
+        for case in want["tokenize"]:
+            status, body = post(r.http_port, "/tokenize", {"prompt": case["text"]})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["tokens"], case["ids"], (variant, case["text"]))
+
+        out = want["outputs"]
+        worst, mean = gc.check_prompt_logprobs(self, r.http_port, "any", out, variant)
+        print(f"{variant}: prompt logprobs vs llama.cpp: largest difference {worst}, mean {mean}")
+        gc.check_greedy(self, r.address, out, variant)
+
+    def test_qwen2_matches_llama_cpp(self):
+        self.check("qwen2", ": qwen2, 30 layers")
+
+    def test_llama3_rope_matches_llama_cpp(self):
+        self.check("llama3-rope", ": llama, 30 layers")
+
+
+if __name__ == "__main__":
+    ct.S = cl.stubs()
+    sys.exit(cl.run_tests())
