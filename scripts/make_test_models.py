@@ -14,6 +14,10 @@ Models (one folder each, with config.json, tokenizer.json and tokenizer_config.j
                         model.safetensors.index.json; also holds a rotary_emb.inv_freq buffer
                         (older checkpoints did) that loaders must skip.
   llama-tiny-tied-bf16  other weights, BF16, tie_word_embeddings (no lm_head.weight).
+  qwen2-tiny            qwen2 (Qwen2ForCausalLM): llama-tiny's shapes with Q/K/V biases, rope_theta
+                        1e6, linear RoPE scaling (factor 2), tied embeddings, F32.
+  llama-tiny-rope3-bias llama with rope_scaling "llama3" (original context 32, factor 8) and
+                        attention_bias (Q/K/V/O biases), F32.
   gpt2-tiny             gpt2, n_embd 64, 2 layers, 4 heads, n_positions 128, F32, names without
                         the "transformer." prefix (as the Hub's gpt2), with the attn.bias and
                         attn.masked_bias buffers; Conv1D weights stored [in, out].
@@ -201,6 +205,37 @@ def llama_tensors(seed, tied):
     return t
 
 
+def attention_biases(seed, with_o):
+    """Q/K/V (and O) projection biases for every layer (Qwen2; Llama with attention_bias)."""
+    c = LLAMA
+    rng = Rng(seed)
+    q, kv = c["heads"] * c["head_dim"], c["kv_heads"] * c["head_dim"]
+    t = []
+    for i in range(c["layers"]):
+        p = f"model.layers.{i}.self_attn."
+        t += [(p + "q_proj.bias", rng.uniform((q,), 0.5)),
+              (p + "k_proj.bias", rng.uniform((kv,), 1.0)),
+              (p + "v_proj.bias", rng.uniform((kv,), 0.2))]
+        if with_o:
+            t.append((p + "o_proj.bias", rng.uniform((c["hidden"],), 0.2)))
+    return t
+
+
+def qwen2_config():
+    c = LLAMA
+    return {
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+        "hidden_size": c["hidden"], "num_hidden_layers": c["layers"],
+        "num_attention_heads": c["heads"], "num_key_value_heads": c["kv_heads"],
+        "intermediate_size": c["ffn"], "hidden_act": "silu", "vocab_size": VOCAB_SIZE,
+        "max_position_embeddings": c["ctx"], "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "use_sliding_window": False,
+        "sliding_window": None, "max_window_layers": c["layers"], "tie_word_embeddings": True,
+        "bos_token_id": EOT_ID, "eos_token_id": EOT_ID, "initializer_range": 0.02,
+        "attention_dropout": 0.0, "torch_dtype": "float32",
+    }
+
+
 def llama_config(tied, dtype):
     c = LLAMA
     return {
@@ -302,6 +337,25 @@ def all_models():
     models["llama-tiny-tied-bf16"] = {
         "config.json": json_bytes(llama_config(True, "bfloat16")),
         "model.safetensors": safetensors_bytes(llama_tensors(seed=2, tied=True), "BF16"),
+        **common}
+
+    # Qwen2: Q/K/V biases, theta 1e6, linear RoPE scaling, tied embeddings.
+    models["qwen2-tiny"] = {
+        "config.json": json_bytes(qwen2_config()),
+        "model.safetensors": safetensors_bytes(
+            llama_tensors(seed=4, tied=True) + attention_biases(seed=5, with_o=False), "F32"),
+        **common}
+
+    # Llama 3's RoPE (rope_scaling llama3 over an original context of 32: with head_dim 16 the
+    # pairs fall on all three sides, kept, interpolated, divided by 8) and attention_bias.
+    rope3 = llama_config(False, "float32")
+    rope3["attention_bias"] = True
+    rope3["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+    models["llama-tiny-rope3-bias"] = {
+        "config.json": json_bytes(rope3),
+        "model.safetensors": safetensors_bytes(
+            llama_tensors(seed=6, tied=False) + attention_biases(seed=7, with_o=True), "F32"),
         **common}
 
     models["gpt2-tiny"] = {

@@ -88,6 +88,53 @@ class Fields {
   const std::string& label_;
 };
 
+// rope_scaling (or transformers 5's rope_parameters): "default", "linear" (positions divided by
+// factor) or "llama3" (per-frequency divisors: 1 above high_freq_factor / the original context,
+// factor below low_freq_factor / it, interpolated between; transformers'
+// _compute_llama3_parameters). c->rope_theta and head_dim must be set.
+absl::Status ParseRopeScaling(const Fields& f, const char* key, const json& s, ModelConfig* c) {
+  if (!s.is_object()) return f.Bad(key, s, "an object");
+  const auto type_it = s.contains("rope_type") ? s.find("rope_type") : s.find("type");
+  const std::string type =
+      type_it != s.end() && type_it->is_string() ? type_it->get<std::string>() : "default";
+  if (type == "default") return absl::OkStatus();
+  auto number = [&](const char* name, std::optional<double> def) -> absl::StatusOr<double> {
+    auto it = s.find(name);
+    if (it == s.end() || it->is_null()) {
+      if (def) return *def;
+      return f.Bad(key, s, absl::StrCat("an object with ", name).c_str());
+    }
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() <= 0)
+      return f.Bad(key, s, absl::StrCat("an object with a positive ", name).c_str());
+    return it->get<double>();
+  };
+  TS_ASSIGN_OR_RETURN(const double factor, number("factor", std::nullopt));
+  if (type == "linear") {
+    c->rope_freq_scale = static_cast<float>(1.0 / factor);
+    return absl::OkStatus();
+  }
+  if (type != "llama3") return f.Unsupported(key, s);
+  TS_ASSIGN_OR_RETURN(const double low, number("low_freq_factor", 1.0));
+  TS_ASSIGN_OR_RETURN(const double high, number("high_freq_factor", 4.0));
+  TS_ASSIGN_OR_RETURN(const double old_ctx, number("original_max_position_embeddings", 8192.0));
+  if (!(high > low)) return f.Bad(key, s, "an object with high_freq_factor > low_freq_factor");
+  const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+  c->rope_freq_factors.resize(c->head_dim / 2);
+  for (int i = 0; i < c->head_dim / 2; ++i) {
+    const double freq = std::pow(static_cast<double>(c->rope_theta), -2.0 * i / c->head_dim);
+    const double wavelen = 2 * M_PI / freq;
+    double divisor = 1.0;
+    if (wavelen > low_wavelen) {
+      divisor = factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (old_ctx / wavelen - low) / (high - low);
+      divisor = 1.0 / ((1 - smooth) / factor + smooth);
+    }
+    c->rope_freq_factors[i] = static_cast<float>(divisor);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseLlama(const Fields& f, ModelConfig* c) {
   c->arch = Arch::kLlama;
   TS_ASSIGN_OR_RETURN(c->dim, f.Int("hidden_size"));
@@ -112,20 +159,20 @@ absl::Status ParseLlama(const Fields& f, ModelConfig* c) {
 
   TS_ASSIGN_OR_RETURN(std::string act, f.String("hidden_act", "silu"));
   if (act != "silu") return f.Unsupported("hidden_act", act);
-  TS_ASSIGN_OR_RETURN(bool attention_bias, f.Bool("attention_bias", false));
-  if (attention_bias) return f.Unsupported("attention_bias", true);
+  // attention_bias: Q/K/V/O biases, read when the checkpoint has them (Qwen2 has Q/K/V ones
+  // without the field).
   TS_ASSIGN_OR_RETURN(bool mlp_bias, f.Bool("mlp_bias", false));
   if (mlp_bias) return f.Unsupported("mlp_bias", true);
-  if (const json* scaling = f.Raw("rope_scaling")) return f.Unsupported("rope_scaling", *scaling);
+  TS_ASSIGN_OR_RETURN(bool sliding, f.Bool("use_sliding_window", false));
+  if (sliding) return f.Unsupported("use_sliding_window", true);
 
   TS_ASSIGN_OR_RETURN(double theta, f.Float("rope_theta", 10000.0));
-  // transformers 5 writes {"rope_type": "default", "rope_theta": ...} instead.
+  // transformers 5 writes {"rope_type": "default", "rope_theta": ...} instead, and moves
+  // rope_scaling's fields there too.
+  const char* scaling_key = "rope_scaling";
+  const json* scaling = f.Raw("rope_scaling");
   if (const json* params = f.Raw("rope_parameters")) {
     if (!params->is_object()) return f.Bad("rope_parameters", *params, "an object");
-    auto type = params->find("rope_type");
-    if (type != params->end() && *type != "default") {
-      return f.Unsupported("rope_parameters", *params);
-    }
     auto t = params->find("rope_theta");
     if (t != params->end()) {
       if (!t->is_number() || t->get<double>() <= 0) {
@@ -133,8 +180,13 @@ absl::Status ParseLlama(const Fields& f, ModelConfig* c) {
       }
       theta = t->get<double>();
     }
+    if (scaling == nullptr) {
+      scaling_key = "rope_parameters";
+      scaling = params;
+    }
   }
   c->rope_theta = static_cast<float>(theta);
+  if (scaling != nullptr) TS_RETURN_IF_ERROR(ParseRopeScaling(f, scaling_key, *scaling, c));
   return absl::OkStatus();
 }
 
@@ -179,13 +231,14 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std:
   Fields f(doc, label);
   TS_ASSIGN_OR_RETURN(std::string type, f.String("model_type", std::nullopt));
   ModelConfig c;
-  if (type == "llama") {
+  if (type == "llama" || type == "qwen2") {
     TS_RETURN_IF_ERROR(ParseLlama(f, &c));
+    if (type == "qwen2") c.variant = type;
   } else if (type == "gpt2") {
     TS_RETURN_IF_ERROR(ParseGpt2(f, &c));
   } else {
     return absl::UnimplementedError(absl::StrCat("config '", label, "': model_type '", type,
-                                                 "' is not supported (llama, gpt2)"));
+                                                 "' is not supported (llama, qwen2, gpt2)"));
   }
   return c;
 }

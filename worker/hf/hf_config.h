@@ -1,13 +1,16 @@
 // File: worker/hf/hf_config.h
-// Hugging Face config.json -> ModelConfig, for model_type "llama" and "gpt2".
+// Hugging Face config.json -> ModelConfig, for model_type "llama", "qwen2" and "gpt2".
 //
 //   llama: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
 //          max_position_embeddings, rms_norm_eps (required); num_key_value_heads (default: the
 //          heads), head_dim (default hidden / heads), rope_theta (default 10000, also read from
 //          transformers 5's rope_parameters), tie_word_embeddings (default false, as in
-//          transformers' LlamaConfig). RoPE pairs rotate-half (model-formats.md §5).
-//          Unimplemented: rope_scaling / non-default rope_parameters, attention_bias, mlp_bias,
-//          hidden_act other than silu.
+//          transformers' LlamaConfig), rope_scaling (or rope_parameters) of type default,
+//          linear or llama3. RoPE pairs rotate-half (model-formats.md §5). Attention biases
+//          (attention_bias) are read when the checkpoint has them.
+//   qwen2: as llama (Q/K/V biases in every checkpoint); use_sliding_window must be false.
+//          Unimplemented: other RoPE scalings (yarn, dynamic, ...), mlp_bias, hidden_act other
+//          than silu, use_sliding_window.
 //   gpt2:  n_embd, n_layer, n_head, vocab_size (required); n_inner (null -> 4 * n_embd),
 //          n_positions (or n_ctx; default 1024), layer_norm_epsilon (default 1e-5),
 //          tie_word_embeddings (default true). No RoPE. Unimplemented: activation_function

@@ -1,5 +1,7 @@
 #include "worker/hf/hf_config.h"
 
+#include <cmath>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -76,14 +78,77 @@ TEST(HfConfigTest, LlamaRopeParameters) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
 
-  c = ParseHfConfig(With(kLlama, "rope_parameters", R"({"rope_type": "llama3", "factor": 8})"),
+  c = ParseHfConfig(With(kLlama, "rope_parameters", R"({"rope_type": "yarn", "factor": 4})"),
                     "config.json");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(c.status().message(), HasSubstr("field 'rope_parameters'"));
 }
 
-TEST(HfConfigTest, LlamaUnsupported) {
+TEST(HfConfigTest, RopeScaling) {
   auto c = ParseHfConfig(With(kLlama, "rope_scaling", R"({"type": "linear", "factor": 2.0})"),
+                         "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->rope_freq_scale, 0.5f);
+  EXPECT_TRUE(c->rope_freq_factors.empty());
+
+  // Llama 3.2's: head_dim 64, theta 500000. Wavelengths under 8192 / 4 keep their frequency,
+  // those over 8192 / 1 are divided by 8, the ones between interpolated.
+  c = ParseHfConfig(With(With(kLlama, "rope_theta", "500000").c_str(), "rope_scaling",
+                         R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
+                    "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->rope_freq_factors.size(), 32u);
+  EXPECT_FLOAT_EQ(c->rope_freq_scale, 1.0f);
+  int ones = 0, eights = 0;
+  float prev = 0;
+  for (int i = 0; i < 32; ++i) {
+    const double wavelen = 2 * M_PI * std::pow(500000.0, 2.0 * i / 64);
+    const float f = c->rope_freq_factors[i];
+    if (wavelen < 2048) {
+      EXPECT_EQ(f, 1.0f) << i;
+    }
+    if (wavelen > 8192) {
+      EXPECT_EQ(f, 8.0f) << i;
+    }
+    EXPECT_GE(f, prev) << i;  // monotone in the wavelength
+    prev = f;
+    ones += f == 1.0f;
+    eights += f == 8.0f;
+  }
+  EXPECT_GT(ones, 0);
+  EXPECT_GT(eights, 0);
+  EXPECT_GT(32 - ones - eights, 0);  // some interpolated
+
+  // transformers 5 keeps the same fields in rope_parameters.
+  auto p = ParseHfConfig(
+      With(kLlama, "rope_parameters",
+           R"({"rope_type": "llama3", "rope_theta": 500000, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
+      "config.json");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->rope_freq_factors, c->rope_freq_factors);
+
+  c = ParseHfConfig(With(kLlama, "rope_scaling", R"({"rope_type": "llama3"})"), "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("factor"));
+}
+
+TEST(HfConfigTest, Qwen2) {
+  auto c = ParseHfConfig(With(kLlama, "model_type", R"("qwen2")"), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Arch::kLlama);
+  EXPECT_EQ(c->variant, "qwen2");
+  EXPECT_EQ(c->rope_style, RopeStyle::kRotateHalf);
+  c = ParseHfConfig(
+      With(With(kLlama, "model_type", R"("qwen2")").c_str(), "use_sliding_window", "true"),
+      "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(c.status().message(), HasSubstr("use_sliding_window"));
+}
+
+TEST(HfConfigTest, LlamaUnsupported) {
+  auto c = ParseHfConfig(With(kLlama, "rope_scaling", R"({"type": "dynamic", "factor": 2.0})"),
                          "config.json");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(c.status().message(), HasSubstr("'config.json': field 'rope_scaling'"));
@@ -92,7 +157,7 @@ TEST(HfConfigTest, LlamaUnsupported) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(c.status().message(), HasSubstr("hidden_act"));
 
-  c = ParseHfConfig(With(kLlama, "attention_bias", "true"), "config.json");
+  c = ParseHfConfig(With(kLlama, "mlp_bias", "true"), "config.json");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
 
   c = ParseHfConfig(With(kLlama, "model_type", R"("mixtral")"), "config.json");

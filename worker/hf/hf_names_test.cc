@@ -40,10 +40,13 @@ TEST(HfNamesTest, Llama) {
   EXPECT_EQ(
       MapHfTensorName(Arch::kLlama, false, "model.layers.0.self_attn.rotary_emb.inv_freq").action,
       Action::kSkip);
-  for (const char* bad :
-       {"model.layers.0.self_attn.q_proj.bias", "model.layers.x.mlp.up_proj.weight",
-        "model.layers.01.mlp.up_proj.weight", "model.layers..mlp.up_proj.weight",
-        "embed_tokens.weight", "wte.weight"}) {
+  ExpectMap(Arch::kLlama, false, "model.layers.0.self_attn.q_proj.bias", "blk.0.attn_q.bias",
+            false);  // Qwen2, and Llama with attention_bias
+  ExpectMap(Arch::kLlama, false, "model.layers.1.self_attn.o_proj.bias", "blk.1.attn_output.bias",
+            false);
+  for (const char* bad : {"model.layers.0.mlp.up_proj.bias", "model.layers.x.mlp.up_proj.weight",
+                          "model.layers.01.mlp.up_proj.weight", "model.layers..mlp.up_proj.weight",
+                          "embed_tokens.weight", "wte.weight"}) {
     EXPECT_EQ(MapHfTensorName(Arch::kLlama, false, bad).action, Action::kUnknown) << bad;
   }
 }

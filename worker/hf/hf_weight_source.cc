@@ -98,6 +98,21 @@ std::map<std::string, std::vector<int64_t>> ExpectedShapes(const ModelConfig& c)
   return want;
 }
 
+// Tensors a checkpoint may have: a Llama's attention biases (Qwen2's Q/K/V; attention_bias).
+std::map<std::string, std::vector<int64_t>> OptionalShapes(const ModelConfig& c) {
+  std::map<std::string, std::vector<int64_t>> may;
+  if (c.arch != Arch::kLlama) return may;
+  const int64_t q = int64_t{c.n_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim;
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = absl::StrCat("blk.", i, ".");
+    may[p + "attn_q.bias"] = {q};
+    may[p + "attn_k.bias"] = {kv};
+    may[p + "attn_v.bias"] = {kv};
+    may[p + "attn_output.bias"] = {c.dim};
+  }
+  return may;
+}
+
 class HfWeightSource final : public WeightSource {
  public:
   static absl::StatusOr<std::unique_ptr<HfWeightSource>> Open(const std::string& dir) {
@@ -158,12 +173,20 @@ class HfWeightSource final : public WeightSource {
   absl::Status MapTensors() {
     const ModelConfig& c = config_;
     const auto want = ExpectedShapes(c);
+    const auto may = OptionalShapes(c);
     std::map<std::string, std::string> from;  // GGUF name -> HF name, to catch duplicates
     for (const auto& [hf_name, t] : ckpt_->tensors()) {
       const HfNameMapping m = MapHfTensorName(c.arch, c.tied_embeddings, hf_name);
       if (m.action == HfNameMapping::Action::kSkip) continue;
-      auto w = m.action == HfNameMapping::Action::kMap ? want.find(m.gguf_name) : want.end();
-      if (w == want.end()) {
+      const std::vector<int64_t>* shape = nullptr;
+      if (m.action == HfNameMapping::Action::kMap) {
+        if (auto it = want.find(m.gguf_name); it != want.end()) {
+          shape = &it->second;
+        } else if (auto jt = may.find(m.gguf_name); jt != may.end()) {
+          shape = &jt->second;
+        }
+      }
+      if (shape == nullptr) {
         return absl::InvalidArgumentError(
             absl::StrCat("hf: tensor '", hf_name, "' in ", dir_, " is not part of a ",
                          c.arch == Arch::kLlama ? "llama" : "gpt2", " model with ", c.n_layers,
@@ -186,9 +209,9 @@ class HfWeightSource final : public WeightSource {
         }
         ne = t->shape;
       }
-      if (ne != w->second) {
-        std::vector<int64_t> hf_want(w->second.rbegin(), w->second.rend());
-        if (m.transpose) hf_want = w->second;
+      if (ne != *shape) {
+        std::vector<int64_t> hf_want(shape->rbegin(), shape->rend());
+        if (m.transpose) hf_want = *shape;
         return absl::InvalidArgumentError(
             absl::StrCat("hf: tensor '", hf_name, "' ('", m.gguf_name, "') has shape ",
                          ShapeString(t->shape), ", the config needs ", ShapeString(hf_want)));
