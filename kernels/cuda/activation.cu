@@ -26,6 +26,15 @@ __global__ void GeluKernel(const T* x, T* out, int64_t count) {
   }
 }
 
+// grid (ceil(n / 256), rows).
+template <typename T>
+__global__ void AddBiasKernel(T* y, int64_t ys, const T* bias, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  T* p = y + blockIdx.y * ys + i;
+  *p = FromF32<T>(ToF32<T>(*p) + ToF32<T>(bias[i]));
+}
+
 }  // namespace
 
 cudaError_t SwiGlu(DType dtype, const void* gate, int64_t gate_stride, const void* up,
@@ -49,6 +58,19 @@ cudaError_t GeluTanh(DType dtype, const void* x, void* out, int64_t count, cudaS
   return TS_DISPATCH_DTYPE16(dtype, T, [&] {
     LaunchKernel(GeluKernel<T>, blocks, 256, 0, stream, static_cast<const T*>(x),
                  static_cast<T*>(out), count);
+    TS_RETURN_LAUNCH_ERROR();
+    return cudaSuccess;
+  });
+}
+
+cudaError_t AddBias(DType dtype, void* y, int64_t y_stride, const void* bias, int rows, int n,
+                    cudaStream_t stream) {
+  TS_REQUIRE(y && bias, "AddBias: null pointer");
+  TS_REQUIRE(rows > 0 && rows <= 65535 && n > 0 && y_stride >= n, "AddBias: bad shape");
+  const dim3 grid((n + 255) / 256, rows);
+  return TS_DISPATCH_DTYPE16(dtype, T, [&] {
+    LaunchKernel(AddBiasKernel<T>, grid, 256, 0, stream, static_cast<T*>(y), y_stride,
+                 static_cast<const T*>(bias), n);
     TS_RETURN_LAUNCH_ERROR();
     return cudaSuccess;
   });

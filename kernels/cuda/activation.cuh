@@ -1,5 +1,6 @@
 // File: kernels/cuda/activation.cuh
-// Feed-forward activations: SwiGLU (silu(gate) * up) and GELU (tanh approximation, gelu_new).
+// Feed-forward activations: SwiGLU (silu(gate) * up) and GELU (tanh approximation, gelu_new);
+// and a bias add after a projection.
 #pragma once
 
 #include <cstdint>
@@ -20,5 +21,9 @@ cudaError_t SwiGlu(DType dtype, const void* gate, int64_t gate_stride, const voi
 
 // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise; x [count], out [count].
 cudaError_t GeluTanh(DType dtype, const void* x, void* out, int64_t count, cudaStream_t stream);
+
+// y[r][i] += bias[i] (fp32 inside): y [rows][n] with row stride y_stride, bias [n].
+cudaError_t AddBias(DType dtype, void* y, int64_t y_stride, const void* bias, int rows, int n,
+                    cudaStream_t stream);
 
 }  // namespace tinyserve::cuda

@@ -138,12 +138,14 @@ struct DeviceModel::Impl {
 
   struct Layer {
     void *attn_norm, *wqkv, *wo, *ffn_norm, *wgu, *wdown;
+    void* bqkv = nullptr;              // [qkv_dim] with config qkv_bias
     void *k, *v, *kmin, *kmax;         // k/v: device, or home (mapped host) when tiered
     void *slot_k = nullptr, *slot_v = nullptr;  // tiered: device slots
     std::unique_ptr<PageResidency> residency;    // tiered only
   };
   std::vector<Layer> layers;
   void *embed = nullptr, *out_norm = nullptr, *lm_head = nullptr;
+  float* rope_factors = nullptr;  // [head_dim / 2] with config rope_freq_factors
 
   // LoRA adapters: per layer and product, a [rank][in] and b [out][rank] in one device block.
   struct LoraProduct {
@@ -313,9 +315,23 @@ bool DeviceModel::Impl::Init(std::string* error) {
     *error = std::string("cuBLAS: ") + LastLaunchError();
     return false;
   }
+  if (!c.rope_freq_factors.empty() &&
+      c.rope_freq_factors.size() != static_cast<size_t>(c.head_dim / 2)) {
+    *error = "rope_freq_factors must hold head_dim / 2 values";
+    return false;
+  }
   const size_t D = c.dim, F = c.ffn_dim, V = c.vocab, M = c.max_tokens;
   bool ok = Alloc(&embed, V * D * elt, error) && Alloc(&out_norm, D * elt, error) &&
             Alloc(&lm_head, V * D * elt, error);
+  if (ok && !c.rope_freq_factors.empty()) {
+    const size_t bytes = c.rope_freq_factors.size() * sizeof(float);
+    ok = Alloc(reinterpret_cast<void**>(&rope_factors), bytes, error);
+    if (ok && cudaMemcpy(rope_factors, c.rope_freq_factors.data(), bytes, cudaMemcpyHostToDevice) !=
+                  cudaSuccess) {
+      *error = "uploading the RoPE factors failed";
+      ok = false;
+    }
+  }
   layers.resize(c.n_layers);
   const size_t kv_bytes = pool_layout.KvElements() * elt, meta = pool_layout.MetaElements() * elt;
   for (int l = 0; ok && l < c.n_layers; ++l) {
@@ -325,6 +341,9 @@ bool DeviceModel::Impl::Init(std::string* error) {
          Alloc(&L.wgu, 2 * F * D * elt, error) && Alloc(&L.wdown, D * F * elt, error) &&
          Alloc(&L.kmin, meta, error) && Alloc(&L.kmax, meta, error) &&
          cudaMemset(L.kmin, 0, meta) == cudaSuccess && cudaMemset(L.kmax, 0, meta) == cudaSuccess;
+    if (ok && c.qkv_bias)
+      ok = Alloc(&L.bqkv, size_t(qkv_dim) * elt, error) &&
+           cudaMemset(L.bqkv, 0, size_t(qkv_dim) * elt) == cudaSuccess;
     if (!ok) break;
     if (Tiered(l)) {
       void *hk, *hv;
@@ -709,6 +728,7 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
                    stream));
     TS_ENQ(gemm.Linear(dt, h, L.wqkv, qkv, T, qkv_dim, D, stream));
     TS_ENQ(AddLoraUpdates(plan, l, &LoraLayerDev::qkv, h, D, qkv, qkv_dim));
+    if (L.bqkv != nullptr) TS_ENQ(AddBias(dt, qkv, qkv_dim, L.bqkv, T, qkv_dim, stream));
     RopeParams rp;
     rp.dtype = dt;
     rp.q = qkv;
@@ -721,6 +741,8 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
     rp.num_kv_heads = c.n_kv_heads;
     rp.head_dim = hd;
     rp.theta = c.rope_theta;
+    rp.freq_scale = c.rope_freq_scale;
+    rp.freq_factors = rope_factors;
     rp.style = c.rope_adjacent ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
     TS_ENQ(ApplyRope(rp, stream));
     TS_ENQ(AppendPagedKv(AppendParams(l, n_seq, plan.max_new), stream));
@@ -1025,6 +1047,24 @@ bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64
     case WeightSlot::kWgate: base = L->wgu; expect = F * D; break;
     case WeightSlot::kWup: base = L->wgu; offset = F * D; expect = F * D; break;
     case WeightSlot::kWdown: base = L->wdown; expect = D * F; break;
+    case WeightSlot::kBq:
+      base = L->bqkv;
+      expect = m.qdim;
+      break;
+    case WeightSlot::kBk:
+      base = L->bqkv;
+      offset = m.qdim;
+      expect = m.kdim;
+      break;
+    case WeightSlot::kBv:
+      base = L->bqkv;
+      offset = m.qdim + m.kdim;
+      expect = m.kdim;
+      break;
+  }
+  if (base == nullptr) {
+    *error = "a bias slot without config qkv_bias";
+    return false;
   }
   if (count != expect || data == nullptr) {
     *error = "weight has " + std::to_string(count) + " elements, expected " +

@@ -38,6 +38,9 @@ struct DeviceModelConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.f;
   bool rope_adjacent = false;  // (2i, 2i+1) pairs (GGUF Llama), else rotate-half (HF Llama)
+  float rope_freq_scale = 1.f;           // linear RoPE scaling (RopeParams)
+  std::vector<float> rope_freq_factors;  // Llama 3's per-pair divisors; empty: none
+  bool qkv_bias = false;                 // Q/K/V biases (Qwen2): weight slots kBq, kBk, kBv
   bool bf16 = false;           // weights, activations and KV in bf16 instead of f16
   int page_size = 16;          // a power of two <= 32
   int num_pages = 0;           // KV pool: physical pages (each page_size tokens of every layer)
@@ -64,6 +67,9 @@ enum class WeightSlot {
   kWgate,       // [ffn_dim][dim]
   kWup,         // [ffn_dim][dim]
   kWdown,       // [dim][ffn_dim]
+  kBq,          // [n_heads * head_dim], per layer, with config qkv_bias
+  kBk,          // [n_kv_heads * head_dim]
+  kBv,          // [n_kv_heads * head_dim]
 };
 
 // How a decode token attends (ignored for prefill rows, which are always dense).

@@ -1,4 +1,5 @@
-// GPU vs CPU tests of the elementwise kernels: norms, RoPE, SwiGLU, GELU, embedding, sampling.
+// GPU vs CPU tests of the elementwise kernels: norms, RoPE (plain and scaled), bias add, SwiGLU,
+// GELU, embedding, sampling.
 #include <random>
 #include <sstream>
 
@@ -75,36 +76,70 @@ TEST_F(OpsTest, RopeBothStyles) {
   std::mt19937 rng(2);
   for (DType t : {DType::kF16, DType::kBF16})
     for (int d : {64, 128})
-      for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
-        const int tokens = 4, hq = 9, hkv = 3, stride = (hq + 2 * hkv) * d;  // fused QKV rows
-        auto qkv = RandomRounded(rng, t, size_t(tokens) * stride, -1, 1);
-        const std::vector<int32_t> pos = {0, 1, 4097, 131071};
-        DeviceBuffer buf, posd;
-        Upload(buf, t, qkv);
-        testing::UploadInts(posd, pos);
-        RopeParams p;
-        p.dtype = t;
-        p.q = buf.get();
-        p.q_stride = stride;
-        p.k = static_cast<char*>(buf.get()) + size_t(hq) * d * 2;
-        p.k_stride = stride;
-        p.positions = posd.get<int32_t>();
-        p.tokens = tokens;
-        p.num_q_heads = hq;
-        p.num_kv_heads = hkv;
-        p.head_dim = d;
-        p.theta = 10000.f;
-        p.style = style;
-        ASSERT_EQ(ApplyRope(p, nullptr), cudaSuccess) << LastLaunchError();
-        auto want = qkv;
-        for (int i = 0; i < tokens; ++i)
-          for (int h = 0; h < hq + hkv; ++h)
-            ref::RopeRow(want.data() + size_t(i) * stride + h * d, d, pos[i], 10000.0,
-                         style == RopeStyle::kAdjacentPairs);
-        EXPECT_TRUE(AllClose(Cfg(style == RopeStyle::kRotateHalf ? "rope half" : "rope adj", t, d,
-                                 tokens),
-                             Download(buf.get(), t, qkv.size()), want, Tol(t), Tol(t)));
-      }
+      for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf})
+        for (bool scaled : {false, true}) {  // linear scale and Llama 3 factors
+          const int tokens = 4, hq = 9, hkv = 3, stride = (hq + 2 * hkv) * d;  // fused QKV rows
+          auto qkv = RandomRounded(rng, t, size_t(tokens) * stride, -1, 1);
+          const std::vector<int32_t> pos = {0, 1, 4097, 131071};
+          DeviceBuffer buf, posd;
+          Upload(buf, t, qkv);
+          testing::UploadInts(posd, pos);
+          RopeParams p;
+          p.dtype = t;
+          p.q = buf.get();
+          p.q_stride = stride;
+          p.k = static_cast<char*>(buf.get()) + size_t(hq) * d * 2;
+          p.k_stride = stride;
+          p.positions = posd.get<int32_t>();
+          p.tokens = tokens;
+          p.num_q_heads = hq;
+          p.num_kv_heads = hkv;
+          p.head_dim = d;
+          p.theta = 10000.f;
+          p.style = style;
+          std::vector<float> factors(d / 2);
+          std::uniform_real_distribution<float> u(1.f, 8.f);
+          for (float& f : factors) f = u(rng);
+          DeviceBuffer factors_d;
+          if (scaled) {
+            factors_d.Resize(factors.size() * sizeof(float));
+            ASSERT_EQ(cudaMemcpy(factors_d.get(), factors.data(), factors.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice),
+                      cudaSuccess);
+            p.freq_scale = 0.25f;
+            p.freq_factors = factors_d.get<float>();
+          }
+          ASSERT_EQ(ApplyRope(p, nullptr), cudaSuccess) << LastLaunchError();
+          auto want = qkv;
+          for (int i = 0; i < tokens; ++i)
+            for (int h = 0; h < hq + hkv; ++h)
+              ref::RopeRow(want.data() + size_t(i) * stride + h * d, d, pos[i], 10000.0,
+                           style == RopeStyle::kAdjacentPairs, scaled ? 0.25 : 1.0,
+                           scaled ? factors.data() : nullptr);
+          EXPECT_TRUE(AllClose(
+              Cfg(style == RopeStyle::kRotateHalf ? (scaled ? "rope half scaled" : "rope half")
+                                                  : (scaled ? "rope adj scaled" : "rope adj"),
+                  t, d, tokens),
+              Download(buf.get(), t, qkv.size()), want, Tol(t), Tol(t)));
+        }
+}
+
+TEST_F(OpsTest, AddBias) {
+  std::mt19937 rng(7);
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (int n : {64, 576, 1000}) {
+      const int rows = 7, stride = n + 32;  // e.g. the Q/K/V part of wider rows
+      auto y = RandomRounded(rng, t, size_t(rows) * stride, -2, 2);
+      const auto bias = RandomRounded(rng, t, n, -1, 1);
+      DeviceBuffer yd, bd;
+      Upload(yd, t, y);
+      Upload(bd, t, bias);
+      ASSERT_EQ(AddBias(t, yd.get(), stride, bd.get(), rows, n, nullptr), cudaSuccess)
+          << LastLaunchError();
+      ref::AddBias(y.data(), stride, bias.data(), rows, n);  // the 32 tail columns unchanged
+      EXPECT_TRUE(AllClose(Cfg("add bias", t, rows, n), Download(yd.get(), t, y.size()), y, Tol(t),
+                           Tol(t)));
+    }
 }
 
 TEST_F(OpsTest, SwiGluAndGelu) {

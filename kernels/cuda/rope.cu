@@ -21,7 +21,8 @@ __global__ void RopeKernel(const RopeParams p, int rot) {
       if (p.k == nullptr) continue;
       row = static_cast<T*>(p.k) + t * p.k_stride + (head - p.num_q_heads) * p.head_dim;
     }
-    const double inv_freq = pow(static_cast<double>(p.theta), -2.0 * pair / rot);
+    double inv_freq = p.freq_scale * pow(static_cast<double>(p.theta), -2.0 * pair / rot);
+    if (p.freq_factors != nullptr) inv_freq /= p.freq_factors[pair];
     double s, c;
     sincos(pos * inv_freq, &s, &c);
     const int i0 = p.style == RopeStyle::kAdjacentPairs ? 2 * pair : pair;

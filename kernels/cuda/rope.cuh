@@ -11,7 +11,8 @@
 
 namespace tinyserve::cuda {
 
-// Which elements form a rotated pair (i in [0, rotary_dim/2)), with angle pos * theta^(-2i/rot):
+// Which elements form a rotated pair (i in [0, rotary_dim/2)), with angle pos * theta^(-2i/rot)
+// (scaled as RopeParams says):
 enum class RopeStyle : int {
   kAdjacentPairs = 0,  // (2i, 2i+1): GPT-J, llama.cpp's NORM rope (GGUF Llama weights)
   kRotateHalf = 1,     // (i, i + rot/2): GPT-NeoX, Hugging Face Llama
@@ -30,6 +31,10 @@ struct RopeParams {
   int head_dim = 0;           // even
   int rotary_dim = 0;         // even, <= head_dim; 0 means head_dim
   float theta = 10000.f;
+  // Pair i's angle times freq_scale and divided by freq_factors[i] (device, rot/2 floats; null:
+  // all 1): linear RoPE scaling and Llama 3's per-frequency factors.
+  float freq_scale = 1.f;
+  const float* freq_factors = nullptr;
   RopeStyle style = RopeStyle::kRotateHalf;
 };
 

@@ -55,6 +55,8 @@ cuda::DeviceModelConfig MakeDeviceConfig(const ModelConfig& c, int page_size, in
   d.norm_eps = c.norm_eps;
   d.rope_theta = c.rope_theta;
   d.rope_adjacent = c.rope_style == RopeStyle::kAdjacent;
+  d.rope_freq_scale = c.rope_freq_scale;
+  d.rope_freq_factors = c.rope_freq_factors;
   d.page_size = page_size;
   d.num_pages = static_cast<int>(num_pages);
   d.max_pages_per_seq = (max_context + page_size - 1) / page_size;
@@ -73,19 +75,16 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSourc
   if (c.arch != Arch::kLlama)
     return absl::UnimplementedError(
         absl::StrCat("--device cuda runs Llama-family models; ", ArchName(c), " is CPU-only"));
-  for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"})
-    if (source.Has(absl::StrCat("blk.0.", bias)))
-      return absl::UnimplementedError(
-          absl::StrCat("--device cuda: attention biases (blk.0.", bias, ") are not supported"));
-  if (c.rope_freq_scale != 1.0f || !c.rope_freq_factors.empty())
+  if (source.Has("blk.0.attn_output.bias"))
     return absl::UnimplementedError(
-        "--device cuda: RoPE scaling (linear, or Llama 3's rope_freqs) is not supported");
+        "--device cuda: an output projection bias (blk.0.attn_output.bias) is not supported");
   if (o.num_pages <= 0 || o.num_pages > (int64_t{1} << 30))
     return absl::InvalidArgumentError(absl::StrCat("kv pages must be in [1, 2^30], got ", o.num_pages));
   std::unique_ptr<CudaRunner> r(new CudaRunner());
   r->config_ = c;
   const int max_context = o.max_context > 0 ? std::min(o.max_context, c.max_context) : c.max_context;
   cuda::DeviceModelConfig d = MakeDeviceConfig(c, o.page_size, o.num_pages, max_context);
+  d.qkv_bias = source.Has("blk.0.attn_q.bias");
   d.max_batch = o.max_batch;
   d.max_tokens = std::max(o.max_tokens, o.max_batch);
   d.device_pages = o.device_pages;
@@ -130,6 +129,11 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSourc
     TS_RETURN_IF_ERROR(upload(S::kWq, l, blk("attn_q.weight"), qd, D));
     TS_RETURN_IF_ERROR(upload(S::kWk, l, blk("attn_k.weight"), kd, D));
     TS_RETURN_IF_ERROR(upload(S::kWv, l, blk("attn_v.weight"), kd, D));
+    if (d.qkv_bias) {  // all three, as llama.cpp's qwen2 requires
+      TS_RETURN_IF_ERROR(upload(S::kBq, l, blk("attn_q.bias"), 1, qd));
+      TS_RETURN_IF_ERROR(upload(S::kBk, l, blk("attn_k.bias"), 1, kd));
+      TS_RETURN_IF_ERROR(upload(S::kBv, l, blk("attn_v.bias"), 1, kd));
+    }
     TS_RETURN_IF_ERROR(upload(S::kWo, l, blk("attn_output.weight"), D, qd));
     TS_RETURN_IF_ERROR(upload(S::kFfnNorm, l, blk("ffn_norm.weight"), 1, D));
     TS_RETURN_IF_ERROR(upload(S::kWgate, l, blk("ffn_gate.weight"), F, D));
