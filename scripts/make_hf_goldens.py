@@ -5,7 +5,7 @@ Dev-time only (needs torch, transformers and tokenizers from the project venv .v
   .venv/bin/python scripts/make_hf_goldens.py [--models-dir DIR] [--out tests/golden/hf]
 
 It (re)generates the models with scripts/make_test_models.py into DIR (default
-build/test-models), loads each with LlamaForCausalLM / Qwen2ForCausalLM / GPT2LMHeadModel (float32, eager
+build/test-models), loads each with LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / GPT2LMHeadModel (float32, eager
 attention), runs the fixed token sequences below and writes the goldens.
 
 Golden format (tests/golden/hf/):
@@ -87,7 +87,8 @@ def main():
     import tokenizers
     import torch
     import transformers
-    from transformers import GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM
+    from transformers import (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
+                              Qwen3ForCausalLM)
 
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_test_models.py"),
                     args.models_dir], check=True)
@@ -108,7 +109,7 @@ def main():
         path = os.path.join(args.models_dir, model)
         with open(os.path.join(path, "config.json"), encoding="utf-8") as fh:
             model_type = json.load(fh)["model_type"]
-        cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM,
+        cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM,
                "gpt2": GPT2LMHeadModel}[model_type]
         m = cls.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
         m.eval()

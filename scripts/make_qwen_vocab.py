@@ -63,28 +63,34 @@ def vocab_and_merges(ranks):
     return tokens, merges
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    out = sys.argv[1]
+def add_vocab(w, eos="<|endoftext|>"):
+    """Writes the tokenizer keys into GGUFWriter w; returns the vocabulary size."""
     tokens, merges = vocab_and_merges(load_ranks())
     types = [TokenType.NORMAL] * len(tokens)
     for s in SPECIALS:
         tokens.append(s)
         types.append(TokenType.CONTROL)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(out)), suffix=".gguf")
-    os.close(fd)
-    w = GGUFWriter(tmp, "qwen2")
-    w.add_name("Qwen2 tokenizer (qwen.tiktoken)")
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)
-    w.add_eos_token_id(tokens.index("<|endoftext|>"))
+    w.add_eos_token_id(tokens.index(eos))
     w.add_bos_token_id(tokens.index("<|endoftext|>"))
     w.add_add_bos_token(False)
+    return len(tokens)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(out)), suffix=".gguf")
+    os.close(fd)
+    w = GGUFWriter(tmp, "qwen2")
+    w.add_name("Qwen2 tokenizer (qwen.tiktoken)")
+    n = add_vocab(w)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -100,7 +106,7 @@ def main():
     else:
         os.chmod(tmp, 0o644)
         os.replace(tmp, out)
-    print(f"{out}: {len(tokens)} tokens, {len(merges)} merges, sha256 {new[:16]}")
+    print(f"{out}: {n} tokens, sha256 {new[:16]}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ Models (one folder each, with config.json, tokenizer.json and tokenizer_config.j
   llama-tiny-tied-bf16  other weights, BF16, tie_word_embeddings (no lm_head.weight).
   qwen2-tiny            qwen2 (Qwen2ForCausalLM): llama-tiny's shapes with Q/K/V biases, rope_theta
                         1e6, linear RoPE scaling (factor 2), tied embeddings, F32.
+  qwen3-tiny            qwen3 (Qwen3ForCausalLM): per-head Q/K RMSNorms, head_dim 32 (4 heads of
+                        32 over hidden 64), no biases, tied embeddings, F32.
   llama-tiny-rope3-bias llama with rope_scaling "llama3" (original context 32, factor 8) and
                         attention_bias (Q/K/V/O biases), F32.
   gpt2-tiny             gpt2, n_embd 64, 2 layers, 4 heads, n_positions 128, F32, names without
@@ -180,10 +182,10 @@ LLAMA = dict(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=96, ctx=
 GPT2 = dict(hidden=64, layers=2, heads=4, ctx=128)
 
 
-def llama_tensors(seed, tied):
+def llama_tensors(seed, tied, head_dim=None, qk_norm=False):
     c = LLAMA
     rng = Rng(seed)
-    d, hd, f = c["hidden"], c["head_dim"], c["ffn"]
+    d, hd, f = c["hidden"], head_dim or c["head_dim"], c["ffn"]
     t = [("model.embed_tokens.weight", rng.uniform((VOCAB_SIZE, d), 1.0))]
     for i in range(c["layers"]):
         p = f"model.layers.{i}."
@@ -199,6 +201,9 @@ def llama_tensors(seed, tied):
             (p + "mlp.up_proj.weight", rng.uniform((f, d), inv_sqrt(d))),
             (p + "mlp.down_proj.weight", rng.uniform((d, f), inv_sqrt(f))),
         ]
+        if qk_norm:
+            t += [(p + "self_attn.q_norm.weight", rng.uniform((hd,), 0.5, 1.5)),
+                  (p + "self_attn.k_norm.weight", rng.uniform((hd,), 0.5, 1.5))]
     t.append(("model.norm.weight", rng.uniform((d,), 0.1, 1.0)))
     if not tied:
         t.append(("lm_head.weight", rng.uniform((VOCAB_SIZE, d), inv_sqrt(d))))
@@ -221,10 +226,10 @@ def attention_biases(seed, with_o):
     return t
 
 
-def qwen2_config():
+def qwen_config(model_type):
     c = LLAMA
     return {
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+        "architectures": [model_type.capitalize() + "ForCausalLM"], "model_type": model_type,
         "hidden_size": c["hidden"], "num_hidden_layers": c["layers"],
         "num_attention_heads": c["heads"], "num_key_value_heads": c["kv_heads"],
         "intermediate_size": c["ffn"], "hidden_act": "silu", "vocab_size": VOCAB_SIZE,
@@ -341,9 +346,19 @@ def all_models():
 
     # Qwen2: Q/K/V biases, theta 1e6, linear RoPE scaling, tied embeddings.
     models["qwen2-tiny"] = {
-        "config.json": json_bytes(qwen2_config()),
+        "config.json": json_bytes(qwen_config("qwen2")),
         "model.safetensors": safetensors_bytes(
             llama_tensors(seed=4, tied=True) + attention_biases(seed=5, with_o=False), "F32"),
+        **common}
+
+    # Qwen3: per-head Q/K RMSNorms, heads of 32 over a hidden size of 64 (Qwen3-0.6B's 128 over
+    # 1,024), no biases.
+    qwen3 = qwen_config("qwen3")
+    qwen3.update({"head_dim": 32, "attention_bias": False, "rope_scaling": None})
+    models["qwen3-tiny"] = {
+        "config.json": json_bytes(qwen3),
+        "model.safetensors": safetensors_bytes(
+            llama_tensors(seed=8, tied=True, head_dim=32, qk_norm=True), "F32"),
         **common}
 
     # Llama 3's RoPE (rope_scaling llama3 over an original context of 32: with head_dim 16 the

@@ -7,6 +7,9 @@ be checked against llama.cpp on real weights:
                "llama" only; qwen2 runs NEOX, rotate-half, RoPE), Q/K/V biases added (seeded,
                std 0.05 / 0.1 / 0.02: small enough that the model still answers), and
                tokenizer.ggml.pre "qwen2". The source model's function up to the biases.
+  qwen3        as qwen2 but "qwen3": no biases, per-head Q/K RMSNorms instead (attn_q_norm and
+               attn_k_norm weights, seeded uniform 1-1.5; the model, off its training, still writes
+               words but meets near ties after 2 greedy tokens).
   llama3-rope  "llama" with a rope_freqs.weight tensor (Llama 3's per-frequency divisors; here a
                seeded uniform 1-1.25 on every channel pair, so short prompts feel them too),
                rope.scaling.type "linear" with factor 1.1, and tokenizer.ggml.pre "llama-bpe".
@@ -33,7 +36,7 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_lora_adapter import sha256  # noqa: E402,F401  (tests call make_variant_models.sha256)
 
-VARIANTS = ("qwen2", "llama3-rope")
+VARIANTS = ("qwen2", "qwen3", "llama3-rope")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden", "smollm2", "variants.json")
 
@@ -64,7 +67,7 @@ def write(source, out, variant):
         sys.exit(f"unknown variant {variant!r} (one of {', '.join(VARIANTS)})")
     r = GGUFReader(source)
     src_arch = r.fields["general.architecture"].contents()
-    arch = "qwen2" if variant == "qwen2" else src_arch
+    arch = variant if variant.startswith("qwen") else src_arch
     n_head = r.fields[f"{src_arch}.attention.head_count"].contents()
     n_kv = r.fields[f"{src_arch}.attention.head_count_kv"].contents()
     head_dim = r.fields[f"{src_arch}.embedding_length"].contents() // n_head
@@ -76,7 +79,7 @@ def write(source, out, variant):
             continue
         value = field.contents()
         if key == "tokenizer.ggml.pre":
-            value = "qwen2" if variant == "qwen2" else "llama-bpe"
+            value = "qwen2" if variant.startswith("qwen") else "llama-bpe"
         if key.startswith(src_arch + "."):
             key = arch + key[len(src_arch):]
         sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
@@ -88,7 +91,7 @@ def write(source, out, variant):
     for t in r.tensors:
         data = np.array(t.data, copy=True).reshape(-1).view(np.uint8)
         shape = [int(v) for v in t.shape]
-        if variant == "qwen2" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
+        if arch != src_arch and t.name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = n_head if t.name.endswith("attn_q.weight") else n_kv
             data = unpermute_rows(data, shape[1], heads)
         qtype = GGMLQuantizationType(int(t.tensor_type))
@@ -102,6 +105,11 @@ def write(source, out, variant):
                                                     ("k", n_kv * head_dim, 0.1),
                                                     ("v", n_kv * head_dim, 0.02))):
                 w.add_tensor(f"blk.{layer}.attn_{proj}.bias", normal(100 * layer + i, rows, std))
+    elif variant == "qwen3":
+        for layer in range(n_layers):
+            for i, norm in enumerate(("attn_q_norm", "attn_k_norm")):
+                w.add_tensor(f"blk.{layer}.{norm}.weight",
+                             uniform(200 + 10 * layer + i, head_dim, 1.0, 1.5))
     else:
         w.add_tensor("rope_freqs.weight", uniform(7, head_dim // 2, 1.0, 1.25))
     w.write_header_to_file()

@@ -7,6 +7,8 @@ byte-identical to the files scripts/make_variant_models.py --goldens gave llama.
 tests/golden/smollm2/variants.json):
   qwen2_matches_llama_cpp        architecture qwen2: Q/K/V biases, rotate-half RoPE on
                                  unpermuted Q/K rows, the qwen2 pre-tokenizer
+  qwen3_matches_llama_cpp        architecture qwen3: per-head Q/K RMSNorms, rotate-half RoPE, the
+                                 qwen2 pre-tokenizer
   llama3_rope_matches_llama_cpp  Llama 3's rope_freqs factors with linear RoPE scaling, the
                                  llama-bpe (Llama 3) pre-tokenizer
 Each: /tokenize gives llama.cpp's ids for 38 texts (digits, contractions, newlines, scripts),
@@ -32,7 +34,7 @@ GOLDEN = os.path.join(HERE, "..", "golden", "smollm2", "variants.json")
 
 class VariantTest(cl.ClusterCase):
 
-    def check(self, variant, log_line):
+    def check(self, variant, log_line, greedy_at_least=12):
         source = cl.smollm2_model(self)
         with open(GOLDEN) as f:
             golden = json.load(f)
@@ -54,10 +56,15 @@ class VariantTest(cl.ClusterCase):
         out = want["outputs"]
         worst, mean = gc.check_prompt_logprobs(self, r.http_port, "any", out, variant)
         print(f"{variant}: prompt logprobs vs llama.cpp: largest difference {worst}, mean {mean}")
-        gc.check_greedy(self, r.address, out, variant)
+        gc.check_greedy(self, r.address, out, variant, at_least=greedy_at_least)
 
     def test_qwen2_matches_llama_cpp(self):
         self.check("qwen2", ": qwen2, 30 layers")
+
+    def test_qwen3_matches_llama_cpp(self):
+        # Random Q/K norms put the model off its training: llama.cpp's greedy tokens meet a near
+        # tie after 2; the prompt logprobs carry the comparison.
+        self.check("qwen3", ": qwen3, 30 layers", greedy_at_least=2)
 
     def test_llama3_rope_matches_llama_cpp(self):
         self.check("llama3-rope", ": llama, 30 layers")

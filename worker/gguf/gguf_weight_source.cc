@@ -83,13 +83,14 @@ class GgufWeightSource final : public WeightSource {
     TS_ASSIGN_OR_RETURN(const std::string arch, file_->GetString("general.architecture"));
     arch_name_ = arch;
     TS_RETURN_IF_ERROR(LoadTokenizer());
-    if (arch == "llama" || arch == "qwen2") {
+    if (arch == "llama" || arch == "qwen2" || arch == "qwen3") {
       TS_RETURN_IF_ERROR(LoadConfig(Arch::kLlama, arch));
-      if (arch == "qwen2") {
-        // A Llama with Q/K/V biases whose Q/K rows llama.cpp's converter leaves in Hugging
-        // Face order: NEOX (rotate-half) RoPE.
+      if (arch != "llama") {
+        // Llamas whose Q/K rows llama.cpp's converter leaves in Hugging Face order: NEOX
+        // (rotate-half) RoPE. qwen2 adds Q/K/V biases, qwen3 per-head Q/K RMSNorms.
         config_.variant = arch;
         config_.rope_style = RopeStyle::kRotateHalf;
+        config_.qk_norm = arch == "qwen3";
       }
       TS_RETURN_IF_ERROR(CheckLlamaShapes());
       TS_RETURN_IF_ERROR(LoadRopeFactors());
@@ -99,7 +100,7 @@ class GgufWeightSource final : public WeightSource {
     } else {
       return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
                                                      "' (general.architecture); TinyServe "
-                                                     "reads llama, qwen2 and gpt2"));
+                                                     "reads llama, qwen2, qwen3 and gpt2"));
     }
     return absl::OkStatus();
   }
@@ -151,7 +152,7 @@ class GgufWeightSource final : public WeightSource {
       TS_ASSIGN_OR_RETURN(c.norm_eps, md.Float("attention.layer_norm_epsilon", 1e-5f));
       c.rope_style = RopeStyle::kNone;
     }
-    if (c.dim % c.n_heads != 0)
+    if (c.dim % c.n_heads != 0 && file_->Find(md.Key("attention.key_length")) == nullptr)
       return absl::InvalidArgumentError(absl::StrCat(
           "gguf: ", md.Key("embedding_length"), " = ", c.dim, " is not a multiple of ",
           md.Key("attention.head_count"), " = ", c.n_heads));
@@ -159,16 +160,18 @@ class GgufWeightSource final : public WeightSource {
       return absl::InvalidArgumentError(absl::StrCat(
           "gguf: ", md.Key("attention.head_count"), " = ", c.n_heads, " is not a multiple of ",
           md.Key("attention.head_count_kv"), " = ", c.n_kv_heads));
-    c.head_dim = c.dim / c.n_heads;
-    // Shapes TinyServe does not run are refused by name rather than computed wrongly.
-    for (const char* key : {"attention.key_length", "attention.value_length"}) {
-      TS_ASSIGN_OR_RETURN(const int n, md.PositiveInt(key, c.head_dim));
-      if (n != c.head_dim)
-        return absl::InvalidArgumentError(absl::StrCat(
-            "gguf: ", md.Key(key), " = ", n, " is not supported (TinyServe needs head size ",
-            md.Key("embedding_length"), " / ", md.Key("attention.head_count"), " = ", c.head_dim,
-            ")"));
-    }
+    // The head size: attention.key_length (Qwen3's 128 with 1,024 / 16 heads), else hidden /
+    // heads. Shapes TinyServe does not run are refused by name rather than computed wrongly.
+    TS_ASSIGN_OR_RETURN(c.head_dim, md.PositiveInt("attention.key_length", c.dim / c.n_heads));
+    TS_ASSIGN_OR_RETURN(const int value_length,
+                        md.PositiveInt("attention.value_length", c.head_dim));
+    if (value_length != c.head_dim || c.head_dim <= 0 ||
+        (arch == Arch::kLlama && c.head_dim % 2 != 0) ||
+        (arch == Arch::kGpt2 && c.head_dim * c.n_heads != c.dim))
+      return absl::InvalidArgumentError(
+          absl::StrCat("gguf: ", md.Key("attention.value_length"), " = ", value_length, " with ",
+                       md.Key("attention.key_length"), " = ", c.head_dim,
+                       " is not supported (TinyServe needs equal, even K and V head sizes)"));
     if (arch == Arch::kLlama) {
       TS_ASSIGN_OR_RETURN(const int n, md.PositiveInt("rope.dimension_count", c.head_dim));
       if (n != c.head_dim)
@@ -247,6 +250,10 @@ class GgufWeightSource final : public WeightSource {
       for (const auto& [bias, n] : {std::pair{"attn_q.bias", q}, std::pair{"attn_k.bias", kv},
                                     std::pair{"attn_v.bias", kv}})
         if (file_->FindTensor(p + bias) != nullptr) TS_RETURN_IF_ERROR(Expect(p + bias, {n}));
+      if (c.qk_norm) {
+        TS_RETURN_IF_ERROR(Expect(p + "attn_q_norm.weight", {c.head_dim}));
+        TS_RETURN_IF_ERROR(Expect(p + "attn_k_norm.weight", {c.head_dim}));
+      }
       TS_RETURN_IF_ERROR(Expect(p + "ffn_norm.weight", {c.dim}));
       TS_RETURN_IF_ERROR(Expect(p + "ffn_gate.weight", {c.dim, c.ffn_dim}));
       TS_RETURN_IF_ERROR(Expect(p + "ffn_up.weight", {c.dim, c.ffn_dim}));

@@ -322,8 +322,24 @@ TEST(GgufWeightSourceTest, ShapesTinyServeDoesNotRunAreRefused) {
   }
   {
     GgufBuilder b = TinyLlama();
+    b.AddU32("llama.attention.value_length", 16);  // K heads of 8
+    ExpectOpenFails("tiny_value_length.gguf", b, {"llama.attention.value_length", "16"});
+  }
+  {
+    // Heads of 16 over a hidden size of 32 (Qwen3's shape): the projections follow.
+    GgufBuilder b = TinyLlama();
     b.AddU32("llama.attention.key_length", 16);
-    ExpectOpenFails("tiny_key_length.gguf", b, {"llama.attention.key_length", "16"});
+    ExpectOpenFails("tiny_key_length.gguf", b, {"blk.0.attn_q.weight", "[32, 64]"});
+    for (int l = 0; l < 2; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      Reshape(b, p + "attn_q.weight", {32, 64});
+      Reshape(b, p + "attn_k.weight", {32, 32});
+      Reshape(b, p + "attn_v.weight", {32, 32});
+      Reshape(b, p + "attn_output.weight", {64, 32});
+    }
+    auto r = OpenBuilt("tiny_key_length_ok.gguf", b);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ((*r)->config().head_dim, 16);
   }
   {
     GgufBuilder b = TinyLlama();

@@ -231,14 +231,15 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std:
   Fields f(doc, label);
   TS_ASSIGN_OR_RETURN(std::string type, f.String("model_type", std::nullopt));
   ModelConfig c;
-  if (type == "llama" || type == "qwen2") {
+  if (type == "llama" || type == "qwen2" || type == "qwen3") {
     TS_RETURN_IF_ERROR(ParseLlama(f, &c));
-    if (type == "qwen2") c.variant = type;
+    if (type != "llama") c.variant = type;
+    c.qk_norm = type == "qwen3";
   } else if (type == "gpt2") {
     TS_RETURN_IF_ERROR(ParseGpt2(f, &c));
   } else {
     return absl::UnimplementedError(absl::StrCat("config '", label, "': model_type '", type,
-                                                 "' is not supported (llama, qwen2, gpt2)"));
+                                                 "' is not supported (llama, qwen2, qwen3, gpt2)"));
   }
   return c;
 }

@@ -1,5 +1,5 @@
 // File: worker/hf/hf_config.h
-// Hugging Face config.json -> ModelConfig, for model_type "llama", "qwen2" and "gpt2".
+// Hugging Face config.json -> ModelConfig, for model_type "llama", "qwen2", "qwen3" and "gpt2".
 //
 //   llama: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
 //          max_position_embeddings, rms_norm_eps (required); num_key_value_heads (default: the
@@ -9,6 +9,7 @@
 //          linear or llama3. RoPE pairs rotate-half (model-formats.md §5). Attention biases
 //          (attention_bias) are read when the checkpoint has them.
 //   qwen2: as llama (Q/K/V biases in every checkpoint); use_sliding_window must be false.
+//   qwen3: as qwen2 with per-head Q/K RMSNorms (q_norm, k_norm) and usually no biases.
 //          Unimplemented: other RoPE scalings (yarn, dynamic, ...), mlp_bias, hidden_act other
 //          than silu, use_sliding_window.
 //   gpt2:  n_embd, n_layer, n_head, vocab_size (required); n_inner (null -> 4 * n_embd),

@@ -134,12 +134,20 @@ TEST(HfConfigTest, RopeScaling) {
   EXPECT_THAT(c.status().message(), HasSubstr("factor"));
 }
 
-TEST(HfConfigTest, Qwen2) {
+TEST(HfConfigTest, Qwen2AndQwen3) {
   auto c = ParseHfConfig(With(kLlama, "model_type", R"("qwen2")"), "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->arch, Arch::kLlama);
   EXPECT_EQ(c->variant, "qwen2");
   EXPECT_EQ(c->rope_style, RopeStyle::kRotateHalf);
+  EXPECT_FALSE(c->qk_norm);
+  // Qwen3-0.6B's heads: 16 of 128 over a hidden size of 1,024.
+  c = ParseHfConfig(With(With(kLlama, "model_type", R"("qwen3")").c_str(), "head_dim", "128"),
+                    "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->variant, "qwen3");
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->head_dim, 128);
   c = ParseHfConfig(
       With(With(kLlama, "model_type", R"("qwen2")").c_str(), "use_sliding_window", "true"),
       "config.json");

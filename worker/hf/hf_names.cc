@@ -27,6 +27,8 @@ constexpr Rule kLlamaLayer[] = {
     {"self_attn.k_proj.bias", "attn_k.bias", false},
     {"self_attn.v_proj.bias", "attn_v.bias", false},
     {"self_attn.o_proj.bias", "attn_output.bias", false},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", false},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", false},
     {"post_attention_layernorm.weight", "ffn_norm.weight", false},
     {"mlp.gate_proj.weight", "ffn_gate.weight", false},
     {"mlp.up_proj.weight", "ffn_up.weight", false},

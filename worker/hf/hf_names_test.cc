@@ -44,6 +44,10 @@ TEST(HfNamesTest, Llama) {
             false);  // Qwen2, and Llama with attention_bias
   ExpectMap(Arch::kLlama, false, "model.layers.1.self_attn.o_proj.bias", "blk.1.attn_output.bias",
             false);
+  ExpectMap(Arch::kLlama, false, "model.layers.2.self_attn.q_norm.weight",
+            "blk.2.attn_q_norm.weight", false);  // Qwen3
+  ExpectMap(Arch::kLlama, false, "model.layers.2.self_attn.k_norm.weight",
+            "blk.2.attn_k_norm.weight", false);
   for (const char* bad : {"model.layers.0.mlp.up_proj.bias", "model.layers.x.mlp.up_proj.weight",
                           "model.layers.01.mlp.up_proj.weight", "model.layers..mlp.up_proj.weight",
                           "embed_tokens.weight", "wte.weight"}) {

@@ -76,6 +76,10 @@ std::map<std::string, std::vector<int64_t>> ExpectedShapes(const ModelConfig& c)
       want[p + "ffn_gate.weight"] = {d, f};
       want[p + "ffn_up.weight"] = {d, f};
       want[p + "ffn_down.weight"] = {f, d};
+      if (c.qk_norm) {
+        want[p + "attn_q_norm.weight"] = {c.head_dim};
+        want[p + "attn_k_norm.weight"] = {c.head_dim};
+      }
     } else {
       want[p + "attn_norm.weight"] = {d};
       want[p + "attn_norm.bias"] = {d};

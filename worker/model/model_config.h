@@ -23,8 +23,9 @@ enum class RopeStyle {
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  // GGUF general.architecture when it names a variant run as `arch` ("qwen2": a Llama with
-  // Q/K/V biases and rotate-half RoPE); empty otherwise. ArchName(config) gives the name.
+  // The architecture's own name when it is a variant run as `arch` ("qwen2": a Llama with Q/K/V
+  // biases and rotate-half RoPE; "qwen3": with qk_norm instead); empty otherwise.
+  // ArchName(config) gives the name.
   std::string variant;
   std::string name;
   int n_layers = 0;
@@ -43,6 +44,9 @@ struct ModelConfig {
   float rope_freq_scale = 1.0f;
   std::vector<float> rope_freq_factors;
   RopeStyle rope_style = RopeStyle::kAdjacent;
+  // Qwen3: each Q and K head RMS-normalized (weights attn_q_norm / attn_k_norm, [head_dim])
+  // before RoPE.
+  bool qk_norm = false;
   bool tied_embeddings = false;  // LM head is the token embedding
 };
 

@@ -75,6 +75,9 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSourc
   if (c.arch != Arch::kLlama)
     return absl::UnimplementedError(
         absl::StrCat("--device cuda runs Llama-family models; ", ArchName(c), " is CPU-only"));
+  if (c.qk_norm)
+    return absl::UnimplementedError(
+        absl::StrCat("--device cuda: ", ArchName(c), "'s per-head Q/K norms are CPU-only"));
   if (source.Has("blk.0.attn_output.bias"))
     return absl::UnimplementedError(
         "--device cuda: an output projection bias (blk.0.attn_output.bias) is not supported");

@@ -293,6 +293,10 @@ absl::Status TransformerRunner::Load(const WeightSource& src) {
       TS_ASSIGN_OR_RETURN(L.bq, vec_slice(Blk(i, "attn_q.bias"), qd, q0, q1));
       TS_ASSIGN_OR_RETURN(L.bk, vec_slice(Blk(i, "attn_k.bias"), kd, k0, k1));
       TS_ASSIGN_OR_RETURN(L.bv, vec_slice(Blk(i, "attn_v.bias"), kd, k0, k1));
+      if (c.qk_norm) {
+        TS_ASSIGN_OR_RETURN(L.q_norm, LoadVector(src, Blk(i, "attn_q_norm.weight"), c.head_dim));
+        TS_ASSIGN_OR_RETURN(L.k_norm, LoadVector(src, Blk(i, "attn_k_norm.weight"), c.head_dim));
+      }
     }
     TS_ASSIGN_OR_RETURN(Matrix wo, LoadMatrix(src, Blk(i, "attn_output.weight"), D, qd));
     if (options_.world_size == 1) {
@@ -502,16 +506,21 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     AddBias(q_.data(), L.bq, T, qdim);
     AddBias(k_.data(), L.bk, T, kdim);
     AddBias(v_.data(), L.bv, T, kdim);
-    // RoPE (row-wise), then append K/V to the cache (in order: rows share page boxes).
+    // Qwen3's per-head Q/K norms and RoPE (row-wise), then append K/V to the cache (in order:
+    // rows share page boxes).
     if (rope_) {
       const bool adj = c.rope_style == RopeStyle::kAdjacent;
+      auto head = [&](float* x, const std::vector<float>& norm, int64_t pos) {
+        if (!norm.empty()) RmsNorm(x, norm.data(), hd, c.norm_eps, x);
+        rope_->Apply(x, pos, adj);
+      };
       by_rows([&](int t0, int t1) {
         for (int t = t0; t < t1; ++t) {
           const int64_t pos = batch[seq_of_row[t]].start_pos + (t - row0[seq_of_row[t]]);
           for (int h = 0; h < heads_local_; ++h)
-            rope_->Apply(&q_[static_cast<size_t>(t) * qdim + h * hd], pos, adj);
+            head(&q_[static_cast<size_t>(t) * qdim + h * hd], L.q_norm, pos);
           for (int h = 0; h < kv_local_; ++h)
-            rope_->Apply(&k_[static_cast<size_t>(t) * kdim + h * hd], pos, adj);
+            head(&k_[static_cast<size_t>(t) * kdim + h * hd], L.k_norm, pos);
         }
       });
     }

@@ -120,6 +120,7 @@ class TransformerRunner {
     std::vector<float> attn_norm_w, attn_norm_b, ffn_norm_w, ffn_norm_b;
     Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
     std::vector<float> bq, bk, bv, bo, b_up, b_down;  // empty when absent (or not this rank's)
+    std::vector<float> q_norm, k_norm;                // [head_dim] with config qk_norm
   };
 
   // This rank's slices: query rows [q0, q1) of qd, KV rows [k0, k1) of kd, MLP rows [f0, f1).
