@@ -274,6 +274,18 @@ int64_t GgufTensorInfo::NumElements() const {
 
 // ---- GgufFile ----
 
+void GgufFile::DropPages(const void* data, size_t bytes) const {
+  const auto* p = static_cast<const uint8_t*>(data);
+  const auto* base = static_cast<const uint8_t*>(map_);
+  if (map_ == nullptr || p < base || bytes > map_size_ ||
+      p - base > static_cast<ptrdiff_t>(map_size_ - bytes))
+    return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
+}
+
 GgufFile::~GgufFile() {
   if (map_ != nullptr) munmap(map_, map_size_);
 }

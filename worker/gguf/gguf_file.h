@@ -92,6 +92,13 @@ class GgufFile {
   absl::StatusOr<std::vector<double>> GetFloatArray(std::string_view key) const;
   absl::StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key) const;
 
+  // Lets the kernel drop this process's pages of [data, data + bytes) (the whole pages inside
+  // it) when the range lies in the file's read-only mapping: a later read brings them back from
+  // the file. For tensors copied at load (repacked, converted), whose mapped pages would
+  // otherwise stay counted in the process's memory. Anything else (Parse's caller-owned bytes)
+  // is left alone.
+  void DropPages(const void* data, size_t bytes) const;
+
  private:
   GgufFile() = default;
   absl::Status ParseImpl(const uint8_t* data, size_t size);

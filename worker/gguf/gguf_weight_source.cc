@@ -122,6 +122,7 @@ class GgufWeightSource final : public WeightSource {
   }
 
   bool Has(const std::string& name) const override { return file_->FindTensor(name) != nullptr; }
+  void DropPages(const void* data, size_t bytes) const override { file_->DropPages(data, bytes); }
 
   std::string Describe() const override {
     return absl::StrCat("gguf v", file_->version(), " ", path_);

@@ -51,6 +51,10 @@ class WeightSource {
   virtual bool Has(const std::string& name) const = 0;
   // A short description for logs: format and path.
   virtual std::string Describe() const = 0;
+  // A tensor's bytes (a Get's data, or part of them) were copied and are not needed in memory
+  // now: a source that maps its file lets the kernel drop those pages (read back if used
+  // again). Never changes what Get returns.
+  virtual void DropPages(const void* /*data*/, size_t /*bytes*/) const {}
 };
 
 // Opens a GGUF file or a Hugging Face folder (config.json + *.safetensors + tokenizer.json).

@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSourc
     std::string e;
     if (!r->impl_->model->SetWeight(slot, layer, buf.data(), count, &e))
       return absl::InternalError(absl::StrCat("uploading '", name, "': ", e));
+    source.DropPages(t.data, t.nbytes);  // on the device now
     return absl::OkStatus();
   };
   using S = cuda::WeightSlot;

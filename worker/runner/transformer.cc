@@ -236,7 +236,13 @@ absl::Status TransformerRunner::Load(const WeightSource& src) {
   std::map<std::pair<std::string_view, std::string_view>, int> kinds;
   auto prep = [&](Matrix m) -> absl::StatusOr<Matrix> {
     const GgmlType from = m.type;
+    const bool view = m.storage == nullptr;
+    const uint8_t* data = m.data;
+    const size_t bytes = static_cast<size_t>(m.rows) * m.row_bytes;
     TS_ASSIGN_OR_RETURN(Matrix p, PrepareMatrix(std::move(m)));
+    // Repacked or converted from the file's mapping: its pages need not stay in memory (the
+    // token embedding's rows come back one by one as lookups read them).
+    if (view && p.data != data) src.DropPages(data, bytes);
     weight_bytes_ += static_cast<int64_t>(p.row_bytes) * p.rows;
     ++kinds[{GgmlTypeName(from), GgmlTypeName(p.type)}];
     return p;
