@@ -27,6 +27,21 @@ uint8_t ClassOf(uint32_t cp) {
 
 bool IsOther(uint8_t f) { return f != 0 && (f & (kLetter | kNumber | kSpace)) == 0; }
 
+// The length of the contraction 's, 't, 're, 've, 'm, 'll or 'd at cps[pos] (ASCII letters in
+// either case when any_case), or 0.
+size_t ContractionLength(const std::vector<uint32_t>& cps, size_t pos, size_t end, bool any_case) {
+  auto at = [&](size_t i) -> uint32_t {
+    const uint32_t c = cps[i];
+    return any_case && c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c;
+  };
+  if (cps[pos] != '\'' || pos + 1 >= end) return 0;
+  const uint32_t n1 = at(pos + 1);
+  if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') return 2;
+  if (pos + 2 >= end) return 0;
+  const uint32_t n2 = at(pos + 2);
+  return (n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l') ? 3 : 0;
+}
+
 // The end of the last alternatives of both regexes at `pos`, where `spaces` whitespace code
 // points start: '\s+(?!\S)' (leaving the last space to the word that follows), '\s+', or no
 // match (one code point).
@@ -38,7 +53,6 @@ size_t WhitespaceEnd(size_t pos, size_t spaces, size_t end) {
 // Splits code points [ini, end) by the GPT-2 regex; appends piece lengths in code points.
 void SplitGpt2(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& cls, size_t ini,
                size_t end, std::vector<size_t>* lengths) {
-  auto cpt = [&](size_t pos) -> uint32_t { return pos < end ? cps[pos] : 0xFFFFFFFFu; };
   auto flags = [&](size_t pos) -> uint8_t { return pos < end ? cls[pos] : 0; };
   size_t prev_end = ini;
   auto add = [&](size_t stop) {
@@ -49,21 +63,10 @@ void SplitGpt2(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& cls
   for (size_t pos = ini; pos < end;) {
     const uint32_t c = cps[pos];
     // 's|'t|'re|'ve|'m|'ll|'d
-    if (c == '\'' && pos + 1 < end) {
-      const uint32_t n1 = cpt(pos + 1);
-      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') {
-        pos += 2;
-        add(pos);
-        continue;
-      }
-      if (pos + 2 < end) {
-        const uint32_t n2 = cpt(pos + 2);
-        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
-          pos += 3;
-          add(pos);
-          continue;
-        }
-      }
+    if (const size_t n = ContractionLength(cps, pos, end, /*any_case=*/false); n > 0) {
+      pos += n;
+      add(pos);
+      continue;
     }
     uint8_t f2 = (c == ' ') ? flags(pos + 1) : cls[pos];
     // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+'
@@ -96,9 +99,7 @@ void SplitGpt2(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& cls
 // appends piece lengths in code points.
 void SplitLlama3(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& cls, size_t ini,
                  size_t end, size_t max_digits, std::vector<size_t>* lengths) {
-  auto cpt = [&](size_t pos) -> uint32_t { return pos < end ? cps[pos] : 0xFFFFFFFFu; };
   auto flags = [&](size_t pos) -> uint8_t { return pos < end ? cls[pos] : 0; };
-  auto lower = [](uint32_t c) { return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c; };
   auto newline = [](uint32_t c) { return c == '\r' || c == '\n'; };
   size_t prev_end = ini;
   auto add = [&](size_t stop) {
@@ -110,21 +111,10 @@ void SplitLlama3(const std::vector<uint32_t>& cps, const std::vector<uint8_t>& c
     const uint32_t c = cps[pos];
     const uint8_t f = cls[pos];
     // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-    if (c == '\'' && pos + 1 < end) {
-      const uint32_t n1 = lower(cpt(pos + 1));
-      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') {
-        pos += 2;
-        add(pos);
-        continue;
-      }
-      if (pos + 2 < end) {
-        const uint32_t n2 = lower(cpt(pos + 2));
-        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
-          pos += 3;
-          add(pos);
-          continue;
-        }
-      }
+    if (const size_t n = ContractionLength(cps, pos, end, /*any_case=*/true); n > 0) {
+      pos += n;
+      add(pos);
+      continue;
     }
     // [^\r\n\p{L}\p{N}]?\p{L}+
     if (!newline(c) && !(f & kNumber) && ((f & kLetter) || (flags(pos + 1) & kLetter))) {
