@@ -87,8 +87,8 @@ def main():
     import tokenizers
     import torch
     import transformers
-    from transformers import (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
-                              Qwen3ForCausalLM)
+    from transformers import (Gemma3ForCausalLM, GPT2LMHeadModel, LlamaForCausalLM,
+                              Qwen2ForCausalLM, Qwen3ForCausalLM)
 
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_test_models.py"),
                     args.models_dir], check=True)
@@ -110,7 +110,7 @@ def main():
         with open(os.path.join(path, "config.json"), encoding="utf-8") as fh:
             model_type = json.load(fh)["model_type"]
         cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM,
-               "gpt2": GPT2LMHeadModel}[model_type]
+               "gemma3_text": Gemma3ForCausalLM, "gpt2": GPT2LMHeadModel}[model_type]
         m = cls.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
         m.eval()
         chunks, shapes = [], []

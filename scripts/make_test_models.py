@@ -18,6 +18,11 @@ Models (one folder each, with config.json, tokenizer.json and tokenizer_config.j
                         1e6, linear RoPE scaling (factor 2), tied embeddings, F32.
   qwen3-tiny            qwen3 (Qwen3ForCausalLM): per-head Q/K RMSNorms, head_dim 32 (4 heads of
                         32 over hidden 64), no biases, tied embeddings, F32.
+  gemma3-tiny           gemma3_text (Gemma3ForCausalLM), 3 layers: sliding (window 8), full,
+                        sliding; heads of 32 over hidden 64, Q/K norms, post-norms, GeGLU,
+                        query_pre_attn_scalar 24, rope_theta 1e6 with linear scaling (factor 2,
+                        the full layer only) and rope_local_base_freq 1e4, tied embeddings, F32;
+                        the config in the style of the Hub's gemma-3-270m (transformers 4.5x).
   llama-tiny-rope3-bias llama with rope_scaling "llama3" (original context 32, factor 8) and
                         attention_bias (Q/K/V/O biases), F32.
   gpt2-tiny             gpt2, n_embd 64, 2 layers, 4 heads, n_positions 128, F32, names without
@@ -182,12 +187,12 @@ LLAMA = dict(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=96, ctx=
 GPT2 = dict(hidden=64, layers=2, heads=4, ctx=128)
 
 
-def llama_tensors(seed, tied, head_dim=None, qk_norm=False):
+def llama_tensors(seed, tied, head_dim=None, qk_norm=False, layers=None, gemma=False):
     c = LLAMA
     rng = Rng(seed)
     d, hd, f = c["hidden"], head_dim or c["head_dim"], c["ffn"]
     t = [("model.embed_tokens.weight", rng.uniform((VOCAB_SIZE, d), 1.0))]
-    for i in range(c["layers"]):
+    for i in range(layers or c["layers"]):
         p = f"model.layers.{i}."
         t += [
             (p + "input_layernorm.weight", rng.uniform((d,), 0.1, 1.0)),
@@ -204,6 +209,9 @@ def llama_tensors(seed, tied, head_dim=None, qk_norm=False):
         if qk_norm:
             t += [(p + "self_attn.q_norm.weight", rng.uniform((hd,), 0.5, 1.5)),
                   (p + "self_attn.k_norm.weight", rng.uniform((hd,), 0.5, 1.5))]
+        if gemma:  # Gemma's norms scale by 1 + w
+            t += [(p + "pre_feedforward_layernorm.weight", rng.uniform((d,), 0.3)),
+                  (p + "post_feedforward_layernorm.weight", rng.uniform((d,), 0.3))]
     t.append(("model.norm.weight", rng.uniform((d,), 0.1, 1.0)))
     if not tied:
         t.append(("lm_head.weight", rng.uniform((VOCAB_SIZE, d), inv_sqrt(d))))
@@ -238,6 +246,25 @@ def qwen_config(model_type):
         "sliding_window": None, "max_window_layers": c["layers"], "tie_word_embeddings": True,
         "bos_token_id": EOT_ID, "eos_token_id": EOT_ID, "initializer_range": 0.02,
         "attention_dropout": 0.0, "torch_dtype": "float32",
+    }
+
+
+def gemma3_config():
+    c = LLAMA
+    return {
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+        "hidden_size": c["hidden"], "num_hidden_layers": 3, "num_attention_heads": c["heads"],
+        "num_key_value_heads": c["kv_heads"], "head_dim": 32, "intermediate_size": c["ffn"],
+        "hidden_activation": "gelu_pytorch_tanh", "vocab_size": VOCAB_SIZE,
+        "max_position_embeddings": c["ctx"], "rms_norm_eps": 1e-6,
+        "query_pre_attn_scalar": 24, "sliding_window": 8, "_sliding_window_pattern": 2,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+        "attn_logit_softcapping": None, "final_logit_softcapping": None,
+        "attention_bias": False, "attention_dropout": 0.0, "use_bidirectional_attention": False,
+        "bos_token_id": EOT_ID, "eos_token_id": EOT_ID, "pad_token_id": EOT_ID,
+        "initializer_range": 0.02, "torch_dtype": "float32",
     }
 
 
@@ -359,6 +386,15 @@ def all_models():
         "config.json": json_bytes(qwen3),
         "model.safetensors": safetensors_bytes(
             llama_tensors(seed=8, tied=True, head_dim=32, qk_norm=True), "F32"),
+        **common}
+
+    # Gemma 3: a window of 8 that the 17- and 40-token sequences cross (mid-page), one full
+    # layer between two sliding ones.
+    models["gemma3-tiny"] = {
+        "config.json": json_bytes(gemma3_config()),
+        "model.safetensors": safetensors_bytes(
+            llama_tensors(seed=9, tied=True, head_dim=32, qk_norm=True, layers=3, gemma=True),
+            "F32"),
         **common}
 
     # Llama 3's RoPE (rope_scaling llama3 over an original context of 32: with head_dim 16 the

@@ -10,6 +10,13 @@ be checked against llama.cpp on real weights:
   qwen3        as qwen2 but "qwen3": no biases, per-head Q/K RMSNorms instead (attn_q_norm and
                attn_k_norm weights, seeded uniform 1-1.5; the model, off its training, still writes
                words but meets near ties after 2 greedy tokens).
+  gemma3       general.architecture "gemma3": attn_q / attn_k rows in Hugging Face order (NEOX
+               RoPE), per-head Q/K RMSNorms (seeded uniform 1-1.5), post_attention_norm and
+               post_ffw_norm (seeded uniform POST_NORM), GeGLU instead of SwiGLU, every sixth
+               layer global and the others sliding over gemma3.attention.sliding_window = 20
+               tokens (so the texts and greedy runs cross it, mid-page). Gemma scales the
+               embeddings by sqrt(576) = 24: token_embd's Q8_0 block scales are divided by 24
+               (fp16) and the LM head keeps the source's rows as output.weight.
   llama3-rope  "llama" with a rope_freqs.weight tensor (Llama 3's per-frequency divisors; here a
                seeded uniform 1-1.25 on every channel pair, so short prompts feel them too),
                rope.scaling.type "linear" with factor 1.1, and tokenizer.ggml.pre "llama-bpe".
@@ -36,7 +43,9 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_lora_adapter import sha256  # noqa: E402,F401  (tests call make_variant_models.sha256)
 
-VARIANTS = ("qwen2", "qwen3", "llama3-rope")
+VARIANTS = ("qwen2", "qwen3", "llama3-rope", "gemma3")
+GEMMA_WINDOW = 20
+POST_NORM = (0.05, 0.15)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden", "smollm2", "variants.json")
 
@@ -62,12 +71,27 @@ def unpermute_rows(data, n_rows, n_head):
     return np.ascontiguousarray(rows).reshape(-1)
 
 
+def add_raw(w, name, data, shape, qtype):
+    if qtype == GGMLQuantizationType.F32:
+        w.add_tensor(name, data.view(np.float32).reshape(list(reversed(shape))))
+    else:  # quantized: rows of bytes, from which gguf derives the shape
+        w.add_tensor(name, data.reshape(int(np.prod(shape[1:])), -1), raw_dtype=qtype)
+
+
+def scale_q8_0(data, factor):
+    """A Q8_0 tensor's values times factor: each 34-byte block's fp16 scale."""
+    blocks = data.reshape(-1, 34).copy()
+    d = blocks[:, :2].view(np.float16).astype(np.float32) * np.float32(factor)
+    blocks[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(-1)
+
+
 def write(source, out, variant):
     if variant not in VARIANTS:
         sys.exit(f"unknown variant {variant!r} (one of {', '.join(VARIANTS)})")
     r = GGUFReader(source)
     src_arch = r.fields["general.architecture"].contents()
-    arch = variant if variant.startswith("qwen") else src_arch
+    arch = variant if variant.startswith(("qwen", "gemma")) else src_arch
     n_head = r.fields[f"{src_arch}.attention.head_count"].contents()
     n_kv = r.fields[f"{src_arch}.attention.head_count_kv"].contents()
     head_dim = r.fields[f"{src_arch}.embedding_length"].contents() // n_head
@@ -78,12 +102,14 @@ def write(source, out, variant):
         if key.startswith("GGUF.") or key == "general.architecture":
             continue
         value = field.contents()
-        if key == "tokenizer.ggml.pre":
+        if key == "tokenizer.ggml.pre" and variant != "gemma3":
             value = "qwen2" if variant.startswith("qwen") else "llama-bpe"
         if key.startswith(src_arch + "."):
             key = arch + key[len(src_arch):]
         sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
         w.add_key_value(key, value, field.types[0], sub_type=sub)
+    if variant == "gemma3":
+        w.add_key_value(f"{arch}.attention.sliding_window", GEMMA_WINDOW, GGUFValueType.UINT32)
     if variant == "llama3-rope":
         w.add_key_value(f"{arch}.rope.scaling.type", "linear", GGUFValueType.STRING)
         w.add_key_value(f"{arch}.rope.scaling.factor", 1.1, GGUFValueType.FLOAT32)
@@ -95,11 +121,13 @@ def write(source, out, variant):
             heads = n_head if t.name.endswith("attn_q.weight") else n_kv
             data = unpermute_rows(data, shape[1], heads)
         qtype = GGMLQuantizationType(int(t.tensor_type))
-        if qtype == GGMLQuantizationType.F32:
-            w.add_tensor(t.name, data.view(np.float32).reshape(list(reversed(shape))))
-        else:  # quantized: rows of bytes, from which gguf derives the shape
-            w.add_tensor(t.name, data.reshape(int(np.prod(shape[1:])), -1), raw_dtype=qtype)
+        if variant == "gemma3" and t.name == "token_embd.weight":
+            add_raw(w, "output.weight", data, shape, qtype)
+            assert qtype == GGMLQuantizationType.Q8_0, qtype
+            data = scale_q8_0(data, 1.0 / 24.0)
+        add_raw(w, t.name, data, shape, qtype)
     if variant == "qwen2":
+
         for layer in range(n_layers):
             for i, (proj, rows, std) in enumerate((("q", n_head * head_dim, 0.05),
                                                     ("k", n_kv * head_dim, 0.1),
@@ -110,6 +138,14 @@ def write(source, out, variant):
             for i, norm in enumerate(("attn_q_norm", "attn_k_norm")):
                 w.add_tensor(f"blk.{layer}.{norm}.weight",
                              uniform(200 + 10 * layer + i, head_dim, 1.0, 1.5))
+    elif variant == "gemma3":
+        for layer in range(n_layers):
+            for i, norm in enumerate(("attn_q_norm", "attn_k_norm")):
+                w.add_tensor(f"blk.{layer}.{norm}.weight",
+                             uniform(300 + 10 * layer + i, head_dim, 1.0, 1.5))
+            for i, norm in enumerate(("post_attention_norm", "post_ffw_norm")):
+                w.add_tensor(f"blk.{layer}.{norm}.weight",
+                             uniform(400 + 10 * layer + i, n_head * head_dim, *POST_NORM))
     else:
         w.add_tensor("rope_freqs.weight", uniform(7, head_dim // 2, 1.0, 1.25))
     w.write_header_to_file()

@@ -136,6 +136,11 @@ void GeluNew(float* x, int n) {
   }
 }
 
+void GeGlu(float* gate, const float* up, int n) {
+  GeluNew(gate, n);
+  for (int i = 0; i < n; ++i) gate[i] *= up[i];
+}
+
 void AddInPlace(float* y, const float* x, int n) {
   for (int i = 0; i < n; ++i) y[i] += x[i];
 }

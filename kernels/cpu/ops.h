@@ -21,6 +21,8 @@ void ApplyRope(float* x, int head_dim, int64_t pos, float theta, bool adjacent);
 void SwiGlu(float* gate, const float* up, int n);
 // x[i] = gelu_new(x[i]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void GeluNew(float* x, int n);
+// gate[i] = gelu_new(gate[i]) * up[i] (GeGLU with the tanh GELU: Gemma's MLP)
+void GeGlu(float* gate, const float* up, int n);
 // y += x
 void AddInPlace(float* y, const float* x, int n);
 

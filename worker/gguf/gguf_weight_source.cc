@@ -94,13 +94,17 @@ class GgufWeightSource final : public WeightSource {
       }
       TS_RETURN_IF_ERROR(CheckLlamaShapes());
       TS_RETURN_IF_ERROR(LoadRopeFactors());
+    } else if (arch == "gemma3") {
+      TS_RETURN_IF_ERROR(LoadConfig(Arch::kLlama, arch));
+      TS_RETURN_IF_ERROR(LoadGemma3());
+      TS_RETURN_IF_ERROR(CheckLlamaShapes());
     } else if (arch == "gpt2") {
       TS_RETURN_IF_ERROR(LoadConfig(Arch::kGpt2, arch));
       TS_RETURN_IF_ERROR(CheckGpt2Shapes());
     } else {
       return absl::InvalidArgumentError(absl::StrCat("gguf: unsupported architecture '", arch,
                                                      "' (general.architecture); TinyServe "
-                                                     "reads llama, qwen2, qwen3 and gpt2"));
+                                                     "reads llama, qwen2, qwen3, gemma3 and gpt2"));
     }
     return absl::OkStatus();
   }
@@ -203,6 +207,37 @@ class GgufWeightSource final : public WeightSource {
     return absl::OkStatus();
   }
 
+  // Gemma 3 as llama.cpp runs it: NEOX RoPE, per-head Q/K norms, post-norms, GeGLU, embeddings
+  // times sqrt(dim), every sixth layer global and the others sliding (window
+  // attention.sliding_window, RoPE base 10,000 unscaled); the norm weights in the file already
+  // hold Gemma's 1 + w.
+  absl::Status LoadGemma3() {
+    ModelConfig& c = config_;
+    const MetadataReader md(*file_, "gemma3");
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+      if (file_->Find(md.Key(key)) != nullptr)
+        return absl::InvalidArgumentError(
+            absl::StrCat("gguf: kv '", md.Key(key), "' is not supported (logit soft-capping)"));
+    c.variant = "gemma3";
+    c.rope_style = RopeStyle::kRotateHalf;
+    c.qk_norm = true;
+    c.post_norms = true;
+    c.gelu_gate = true;
+    c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+    // Gemma 3 27B (62 layers) scales by hidden / heads, the others by the head size
+    // (query_pre_attn_scalar; llama.cpp's rule).
+    c.attn_scale =
+        1.0f / std::sqrt(static_cast<float>(c.n_layers == 62 ? c.dim / c.n_heads : c.head_dim));
+    TS_ASSIGN_OR_RETURN(c.sliding_window, md.PositiveInt("attention.sliding_window"));
+    c.swa_layers.resize(c.n_layers);
+    for (int l = 0; l < c.n_layers; ++l) c.swa_layers[l] = l % 6 < 5;
+    c.rope_theta_swa = 10000.0f;
+    if (file_->FindTensor("rope_freqs.weight") != nullptr)
+      return absl::InvalidArgumentError(
+          "gguf: gemma3 with tensor 'rope_freqs.weight' is not supported");
+    return absl::OkStatus();
+  }
+
   // Llama 3's RoPE frequency factors (tensor rope_freqs.weight, head_dim / 2 floats).
   absl::Status LoadRopeFactors() {
     const GgufTensorInfo* t = file_->FindTensor("rope_freqs.weight");
@@ -256,6 +291,10 @@ class GgufWeightSource final : public WeightSource {
         TS_RETURN_IF_ERROR(Expect(p + "attn_k_norm.weight", {c.head_dim}));
       }
       TS_RETURN_IF_ERROR(Expect(p + "ffn_norm.weight", {c.dim}));
+      if (c.post_norms) {
+        TS_RETURN_IF_ERROR(Expect(p + "post_attention_norm.weight", {c.dim}));
+        TS_RETURN_IF_ERROR(Expect(p + "post_ffw_norm.weight", {c.dim}));
+      }
       TS_RETURN_IF_ERROR(Expect(p + "ffn_gate.weight", {c.dim, c.ffn_dim}));
       TS_RETURN_IF_ERROR(Expect(p + "ffn_up.weight", {c.dim, c.ffn_dim}));
       TS_RETURN_IF_ERROR(Expect(p + "ffn_down.weight", {c.ffn_dim, c.dim}));

@@ -290,6 +290,41 @@ TEST(GgufWeightSourceTest, Qwen2IsALlamaWithBiasesAndRotateHalfRope) {
   ExpectOpenFails("tiny_qwen2_bad_bias.gguf", b, {"blk.1.attn_k.bias", "[32]", "[16]"});
 }
 
+TEST(GgufWeightSourceTest, Gemma3SlidingLayersPostNormsAndGeGlu) {
+  TinyLlamaOptions o;
+  o.arch = "gemma3";
+  GgufBuilder b = TinyLlama(o);
+  // Without the window (or a post-norm) the file is refused by name.
+  ExpectOpenFails("tiny_gemma3_no_window.gguf", b, {"gemma3.attention.sliding_window"});
+  b.AddU32("gemma3.attention.sliding_window", 512);
+  ExpectOpenFails("tiny_gemma3_no_qnorm.gguf", b, {"blk.0.attn_q_norm.weight", "missing"});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    b.AddTensor(p + "attn_q_norm.weight", GgmlType::kF32, {8});
+    b.AddTensor(p + "attn_k_norm.weight", GgmlType::kF32, {8});
+    b.AddTensor(p + "post_attention_norm.weight", GgmlType::kF32, {32});
+    if (l == 0) ExpectOpenFails("tiny_gemma3_no_post_ffw.gguf", b, {"blk.0.post_ffw_norm.weight"});
+    b.AddTensor(p + "post_ffw_norm.weight", GgmlType::kF32, {32});
+  }
+  auto r = OpenBuilt("tiny_gemma3.gguf", b);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const ModelConfig& c = (*r)->config();
+  EXPECT_EQ(ArchName(c), "gemma3");
+  EXPECT_EQ(c.rope_style, RopeStyle::kRotateHalf);
+  EXPECT_TRUE(c.qk_norm && c.post_norms && c.gelu_gate);
+  EXPECT_FLOAT_EQ(c.embed_scale, std::sqrt(32.0f));
+  EXPECT_FLOAT_EQ(c.AttentionScale(), 1.0f / std::sqrt(8.0f));
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_THAT(c.swa_layers, ElementsAre(true, true));  // every sixth layer is global
+  EXPECT_TRUE(c.SlidingLayer(1));
+  EXPECT_FALSE(c.SlidingLayer(2));
+  EXPECT_EQ(c.rope_theta, 500000.0f);     // the global layers'
+  EXPECT_EQ(c.rope_theta_swa, 10000.0f);  // the sliding layers'
+
+  b.AddF32("gemma3.final_logit_softcapping", 30.0f);
+  ExpectOpenFails("tiny_gemma3_softcap.gguf", b, {"gemma3.final_logit_softcapping"});
+}
+
 TEST(GgufWeightSourceTest, RopeScaling) {
   {
     GgufBuilder b = TinyLlama();

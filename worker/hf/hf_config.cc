@@ -190,6 +190,76 @@ absl::Status ParseLlama(const Fields& f, ModelConfig* c) {
   return absl::OkStatus();
 }
 
+// Gemma 3 text models (model_type gemma3_text): a Llama body (ParseLlama reads the shapes) with
+// Gemma's extras; config fields as transformers 4.5x writes them (rope_theta,
+// rope_local_base_freq, rope_scaling for the global layers) or 5.x (rope_parameters with
+// full_attention / sliding_attention entries).
+absl::Status ParseGemma3(const Fields& f, ModelConfig* c) {
+  TS_RETURN_IF_ERROR(ParseLlama(f, c));
+  c->variant = "gemma3";
+  c->qk_norm = c->post_norms = c->gelu_gate = true;
+  c->embed_scale = std::sqrt(static_cast<float>(c->dim));
+  TS_ASSIGN_OR_RETURN(c->tied_embeddings, f.Bool("tie_word_embeddings", true));
+  TS_ASSIGN_OR_RETURN(std::string act, f.String("hidden_activation", "gelu_pytorch_tanh"));
+  if (act != "gelu_pytorch_tanh") return f.Unsupported("hidden_activation", act);
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+    if (const json* v = f.Raw(key)) return f.Unsupported(key, *v);
+  TS_ASSIGN_OR_RETURN(bool bidirectional, f.Bool("use_bidirectional_attention", false));
+  if (bidirectional) return f.Unsupported("use_bidirectional_attention", true);
+  TS_ASSIGN_OR_RETURN(double scalar, f.Float("query_pre_attn_scalar", c->head_dim));
+  c->attn_scale = static_cast<float>(1.0 / std::sqrt(scalar));
+
+  TS_ASSIGN_OR_RETURN(c->sliding_window, f.Int("sliding_window"));
+  c->swa_layers.assign(c->n_layers, false);
+  if (const json* types = f.Raw("layer_types")) {
+    if (!types->is_array() || types->size() != static_cast<size_t>(c->n_layers))
+      return f.Bad("layer_types", *types, "a list with an entry per layer");
+    for (int l = 0; l < c->n_layers; ++l) {
+      const json& t = (*types)[l];
+      if (t == "sliding_attention") {
+        c->swa_layers[l] = true;
+      } else if (t != "full_attention") {
+        return f.Bad("layer_types", *types, "a list of sliding_attention / full_attention");
+      }
+    }
+  } else {
+    TS_ASSIGN_OR_RETURN(int legacy, f.Int("_sliding_window_pattern", 6));
+    TS_ASSIGN_OR_RETURN(int pattern, f.Int("sliding_window_pattern", legacy));
+    for (int l = 0; l < c->n_layers; ++l) c->swa_layers[l] = (l + 1) % pattern != 0;
+  }
+
+  // RoPE: the global layers' base and scaling, the sliding layers' base (unscaled).
+  c->rope_freq_scale = 1.0f;
+  c->rope_freq_factors.clear();
+  const json* params = f.Raw("rope_parameters");
+  if (params != nullptr && params->contains("full_attention")) {
+    auto theta_of = [&](const char* kind) -> absl::StatusOr<float> {
+      const json* p = &(*params)[kind];
+      auto t = p->find("rope_theta");
+      if (!p->is_object() || t == p->end() || !t->is_number() || !(t->get<double>() > 0))
+        return f.Bad("rope_parameters", *params,
+                     absl::StrCat("an object whose ", kind, " has a positive rope_theta").c_str());
+      return static_cast<float>(t->get<double>());
+    };
+    TS_ASSIGN_OR_RETURN(c->rope_theta, theta_of("full_attention"));
+    TS_RETURN_IF_ERROR(ParseRopeScaling(f, "rope_parameters", (*params)["full_attention"], c));
+    if (params->contains("sliding_attention")) {
+      TS_ASSIGN_OR_RETURN(c->rope_theta_swa, theta_of("sliding_attention"));
+      const json& sliding = (*params)["sliding_attention"];
+      if (sliding.value("rope_type", std::string("default")) != "default")
+        return f.Unsupported("rope_parameters", *params);
+    }
+  } else {
+    TS_ASSIGN_OR_RETURN(double theta, f.Float("rope_theta", 1000000.0));
+    c->rope_theta = static_cast<float>(theta);
+    if (const json* scaling = f.Raw("rope_scaling"))
+      TS_RETURN_IF_ERROR(ParseRopeScaling(f, "rope_scaling", *scaling, c));
+    TS_ASSIGN_OR_RETURN(double local, f.Float("rope_local_base_freq", 10000.0));
+    c->rope_theta_swa = static_cast<float>(local);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseGpt2(const Fields& f, ModelConfig* c) {
   c->arch = Arch::kGpt2;
   TS_ASSIGN_OR_RETURN(c->dim, f.Int("n_embd"));
@@ -235,11 +305,14 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std:
     TS_RETURN_IF_ERROR(ParseLlama(f, &c));
     if (type != "llama") c.variant = type;
     c.qk_norm = type == "qwen3";
+  } else if (type == "gemma3_text") {
+    TS_RETURN_IF_ERROR(ParseGemma3(f, &c));
   } else if (type == "gpt2") {
     TS_RETURN_IF_ERROR(ParseGpt2(f, &c));
   } else {
-    return absl::UnimplementedError(absl::StrCat("config '", label, "': model_type '", type,
-                                                 "' is not supported (llama, qwen2, qwen3, gpt2)"));
+    return absl::UnimplementedError(
+        absl::StrCat("config '", label, "': model_type '", type,
+                     "' is not supported (llama, qwen2, qwen3, gemma3_text, gpt2)"));
   }
   return c;
 }

@@ -155,6 +155,66 @@ TEST(HfConfigTest, Qwen2AndQwen3) {
   EXPECT_THAT(c.status().message(), HasSubstr("use_sliding_window"));
 }
 
+// google/gemma-3-270m's config.json (transformers 4.5x style: rope_theta for the full layers,
+// rope_local_base_freq for the sliding ones).
+constexpr char kGemma3[] = R"({
+  "architectures": ["Gemma3ForCausalLM"], "_sliding_window_pattern": 6,
+  "attention_bias": false, "attn_logit_softcapping": null, "final_logit_softcapping": null,
+  "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 640,
+  "intermediate_size": 2048, "max_position_embeddings": 32768, "model_type": "gemma3_text",
+  "num_attention_heads": 4, "num_hidden_layers": 18, "num_key_value_heads": 1,
+  "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000.0,
+  "rope_scaling": null, "rope_theta": 1000000.0, "sliding_window": 512,
+  "use_bidirectional_attention": false, "vocab_size": 262144
+})";
+
+TEST(HfConfigTest, Gemma3) {
+  auto c = ParseHfConfig(kGemma3, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->variant, "gemma3");
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_TRUE(c->qk_norm && c->post_norms && c->gelu_gate && c->tied_embeddings);
+  EXPECT_FLOAT_EQ(c->embed_scale, std::sqrt(640.0f));
+  EXPECT_FLOAT_EQ(c->AttentionScale(), 1.0f / 16);
+  EXPECT_EQ(c->sliding_window, 512);
+  ASSERT_EQ(c->swa_layers.size(), 18u);
+  for (int l = 0; l < 18; ++l) EXPECT_EQ(c->swa_layers[l], l % 6 != 5) << l;
+  EXPECT_EQ(c->rope_theta, 1e6f);
+  EXPECT_EQ(c->rope_theta_swa, 1e4f);
+  EXPECT_EQ(c->rope_freq_scale, 1.0f);
+
+  // transformers 5: layer_types and rope_parameters per kind; scaling on the full layers only.
+  std::string v5 = With(kGemma3, "layer_types", R"(["sliding_attention", "full_attention",
+      "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+      "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+      "sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+      "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"])");
+  v5 = With(v5.c_str(), "rope_parameters", R"({
+      "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+      "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}})");
+  c = ParseHfConfig(With(v5.c_str(), "query_pre_attn_scalar", "64"), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->swa_layers[0] && !c->swa_layers[1] && c->swa_layers[5] && !c->swa_layers[17]);
+  EXPECT_EQ(c->rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(c->rope_freq_scale, 1.0f / 8);
+  EXPECT_EQ(c->rope_theta_swa, 2e4f);
+  EXPECT_FLOAT_EQ(c->AttentionScale(), 1.0f / 8);
+
+  for (const auto& [key, value] :
+       {std::pair{"final_logit_softcapping", "30.0"}, std::pair{"attn_logit_softcapping", "50.0"},
+        std::pair{"use_bidirectional_attention", "true"},
+        std::pair{"hidden_activation", R"("gelu")"}}) {
+    c = ParseHfConfig(With(kGemma3, key, value), "config.json");
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented) << key;
+    EXPECT_THAT(c.status().message(), HasSubstr(key));
+  }
+  c = ParseHfConfig(With(kGemma3, "layer_types", R"(["full_attention"])"), "config.json");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("layer_types"));
+  c = ParseHfConfig(With(kGemma3, "sliding_window", ""), "config.json");
+  EXPECT_THAT(c.status().message(), HasSubstr("sliding_window"));
+}
+
 TEST(HfConfigTest, LlamaUnsupported) {
   auto c = ParseHfConfig(With(kLlama, "rope_scaling", R"({"type": "dynamic", "factor": 2.0})"),
                          "config.json");

@@ -34,6 +34,23 @@ constexpr Rule kLlamaLayer[] = {
     {"mlp.up_proj.weight", "ffn_up.weight", false},
     {"mlp.down_proj.weight", "ffn_down.weight", false},
 };
+// Gemma 3: a Llama layer whose post_attention_layernorm is the attention output's post-norm,
+// with pre- and post-feedforward norms.
+constexpr Rule kGemma3Layer[] = {
+    {"input_layernorm.weight", "attn_norm.weight", false},
+    {"self_attn.q_proj.weight", "attn_q.weight", false},
+    {"self_attn.k_proj.weight", "attn_k.weight", false},
+    {"self_attn.v_proj.weight", "attn_v.weight", false},
+    {"self_attn.o_proj.weight", "attn_output.weight", false},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", false},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", false},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight", false},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight", false},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight", false},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", false},
+    {"mlp.up_proj.weight", "ffn_up.weight", false},
+    {"mlp.down_proj.weight", "ffn_down.weight", false},
+};
 constexpr std::string_view kLlamaLayerSkip[] = {"self_attn.rotary_emb.inv_freq"};
 
 constexpr Rule kGpt2Global[] = {
@@ -113,9 +130,13 @@ HfNameMapping MapWith(const Rule (&global)[NG], std::string_view layer_prefix,
 
 }  // namespace
 
-HfNameMapping MapHfTensorName(Arch arch, bool tied_embeddings, std::string_view hf_name) {
+HfNameMapping MapHfTensorName(Arch arch, bool tied_embeddings, std::string_view hf_name,
+                              bool gemma) {
   switch (arch) {
     case Arch::kLlama:
+      if (gemma)
+        return MapWith(kLlamaGlobal, "model.layers.", kGemma3Layer, kLlamaLayerSkip,
+                       tied_embeddings, hf_name);
       return MapWith(kLlamaGlobal, "model.layers.", kLlamaLayer, kLlamaLayerSkip, tied_embeddings,
                      hf_name);
     case Arch::kGpt2:
@@ -126,12 +147,13 @@ HfNameMapping MapHfTensorName(Arch arch, bool tied_embeddings, std::string_view 
   return {};
 }
 
-std::string HfNameForGguf(Arch arch, std::string_view gguf_name) {
+std::string HfNameForGguf(Arch arch, std::string_view gguf_name, bool gemma) {
   const bool llama = arch == Arch::kLlama;
   const std::span<const Rule> global =
       llama ? std::span<const Rule>(kLlamaGlobal) : std::span<const Rule>(kGpt2Global);
-  const std::span<const Rule> per_layer =
-      llama ? std::span<const Rule>(kLlamaLayer) : std::span<const Rule>(kGpt2Layer);
+  const std::span<const Rule> per_layer = !llama  ? std::span<const Rule>(kGpt2Layer)
+                                          : gemma ? std::span<const Rule>(kGemma3Layer)
+                                                  : std::span<const Rule>(kLlamaLayer);
   for (const Rule& r : global) {
     if (gguf_name == r.gguf) return std::string(r.hf);
   }

@@ -14,6 +14,23 @@ void ExpectMap(Arch arch, bool tied, const char* hf, const char* gguf, bool tran
   EXPECT_EQ(m.transpose, transpose) << hf;
 }
 
+TEST(HfNamesTest, Gemma3LayerNorms) {
+  auto gemma = [](const char* hf) { return MapHfTensorName(Arch::kLlama, true, hf, true); };
+  EXPECT_EQ(gemma("model.layers.2.post_attention_layernorm.weight").gguf_name,
+            "blk.2.post_attention_norm.weight");
+  EXPECT_EQ(gemma("model.layers.2.pre_feedforward_layernorm.weight").gguf_name,
+            "blk.2.ffn_norm.weight");
+  EXPECT_EQ(gemma("model.layers.2.post_feedforward_layernorm.weight").gguf_name,
+            "blk.2.post_ffw_norm.weight");
+  EXPECT_EQ(gemma("model.layers.2.self_attn.q_norm.weight").gguf_name, "blk.2.attn_q_norm.weight");
+  EXPECT_EQ(gemma("model.layers.2.mlp.gate_proj.weight").gguf_name, "blk.2.ffn_gate.weight");
+  EXPECT_EQ(gemma("model.layers.2.self_attn.q_proj.bias").action, Action::kUnknown);
+  EXPECT_EQ(HfNameForGguf(Arch::kLlama, "blk.4.ffn_norm.weight", true),
+            "model.layers.4.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(HfNameForGguf(Arch::kLlama, "blk.4.ffn_norm.weight"),
+            "model.layers.4.post_attention_layernorm.weight");
+}
+
 TEST(HfNamesTest, Llama) {
   ExpectMap(Arch::kLlama, false, "model.embed_tokens.weight", "token_embd.weight", false);
   ExpectMap(Arch::kLlama, false, "model.norm.weight", "output_norm.weight", false);

@@ -56,6 +56,12 @@ float LoadElement(const uint8_t* p, SafetensorsDtype d) {
   return 0.0f;
 }
 
+// "llama", "gemma3", "gpt2", ... for messages (ts_hf does not link ArchName).
+std::string Kind(const ModelConfig& c) {
+  if (!c.variant.empty()) return c.variant;
+  return c.arch == Arch::kLlama ? "llama" : "gpt2";
+}
+
 // GGUF-name -> expected ne, from the config (the same list the GGUF source checks).
 std::map<std::string, std::vector<int64_t>> ExpectedShapes(const ModelConfig& c) {
   std::map<std::string, std::vector<int64_t>> want;
@@ -79,6 +85,10 @@ std::map<std::string, std::vector<int64_t>> ExpectedShapes(const ModelConfig& c)
       if (c.qk_norm) {
         want[p + "attn_q_norm.weight"] = {c.head_dim};
         want[p + "attn_k_norm.weight"] = {c.head_dim};
+      }
+      if (c.post_norms) {
+        want[p + "post_attention_norm.weight"] = {d};
+        want[p + "post_ffw_norm.weight"] = {d};
       }
     } else {
       want[p + "attn_norm.weight"] = {d};
@@ -161,9 +171,9 @@ class HfWeightSource final : public WeightSource {
   bool Has(const std::string& name) const override { return tensors_.count(name) != 0; }
 
   std::string Describe() const override {
-    return absl::StrCat("hf ", config_.arch == Arch::kLlama ? "llama" : "gpt2", " folder '", dir_,
-                        "' (", ckpt_->files().size(), " safetensors file",
-                        ckpt_->files().size() == 1 ? "" : "s", ", ", tensors_.size(), " tensors)");
+    return absl::StrCat("hf ", Kind(config_), " folder '", dir_, "' (", ckpt_->files().size(),
+                        " safetensors file", ckpt_->files().size() == 1 ? "" : "s", ", ",
+                        tensors_.size(), " tensors)");
   }
 
  private:
@@ -178,9 +188,11 @@ class HfWeightSource final : public WeightSource {
     const ModelConfig& c = config_;
     const auto want = ExpectedShapes(c);
     const auto may = OptionalShapes(c);
+    // Gemma's RMSNorms scale by 1 + w; the runners (and GGUF files) hold 1 + w.
+    const bool gemma = c.variant == "gemma3";
     std::map<std::string, std::string> from;  // GGUF name -> HF name, to catch duplicates
     for (const auto& [hf_name, t] : ckpt_->tensors()) {
-      const HfNameMapping m = MapHfTensorName(c.arch, c.tied_embeddings, hf_name);
+      const HfNameMapping m = MapHfTensorName(c.arch, c.tied_embeddings, hf_name, gemma);
       if (m.action == HfNameMapping::Action::kSkip) continue;
       const std::vector<int64_t>* shape = nullptr;
       if (m.action == HfNameMapping::Action::kMap) {
@@ -191,10 +203,9 @@ class HfWeightSource final : public WeightSource {
         }
       }
       if (shape == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("hf: tensor '", hf_name, "' in ", dir_, " is not part of a ",
-                         c.arch == Arch::kLlama ? "llama" : "gpt2", " model with ", c.n_layers,
-                         " layers (or this build does not support it)"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "hf: tensor '", hf_name, "' in ", dir_, " is not part of a ", Kind(c), " model with ",
+            c.n_layers, " layers (or this build does not support it)"));
       }
       auto [prev, inserted] = from.emplace(m.gguf_name, hf_name);
       if (!inserted) {
@@ -225,6 +236,14 @@ class HfWeightSource final : public WeightSource {
       e.ref.ne = ne;
       if (m.transpose) {
         Transpose(*t, &e);
+      } else if (gemma && m.gguf_name.ends_with("norm.weight")) {
+        e.owned.resize(t->nbytes / SafetensorsDtypeSize(t->dtype) * sizeof(float));
+        float* dst = reinterpret_cast<float*>(e.owned.data());
+        for (size_t i = 0; i < e.owned.size() / sizeof(float); ++i)
+          dst[i] = 1.0f + LoadElement(t->data + i * SafetensorsDtypeSize(t->dtype), t->dtype);
+        e.ref.type = GgmlType::kF32;
+        e.ref.nbytes = e.owned.size();
+        e.ref.data = e.owned.data();
       } else {
         e.ref.type = SafetensorsToGgml(t->dtype);
         e.ref.nbytes = t->nbytes;
@@ -240,7 +259,7 @@ class HfWeightSource final : public WeightSource {
     for (const auto& [gguf_name, ne] : want) {
       if (tensors_.count(gguf_name) == 0) {
         return absl::NotFoundError(absl::StrCat("hf: ", dir_, " has no tensor '",
-                                                HfNameForGguf(c.arch, gguf_name), "' (for '",
+                                                HfNameForGguf(c.arch, gguf_name, gemma), "' (for '",
                                                 gguf_name, "', shape ", ShapeString(ne), ")"));
       }
     }

@@ -92,7 +92,8 @@ absl::StatusOr<std::unique_ptr<LoraAdapter>> OpenPeftLoraAdapter(const std::stri
       return fail(absl::StrCat(
           "tensor '", tname, "' is not a LoRA factor (base_model.model.<module>.lora_A/B.weight)"));
     const std::string module(n.substr(kPrefix.size(), n.size() - kPrefix.size() - kA.size()));
-    const HfNameMapping map = MapHfTensorName(base.arch, base.tied_embeddings, module + ".weight");
+    const HfNameMapping map =
+        MapHfTensorName(base.arch, base.tied_embeddings, module + ".weight", base.post_norms);
     if (map.action != HfNameMapping::Action::kMap)
       return fail(
           absl::StrCat("tensor '", tname, "': '", module, "' is not a module of this model"));

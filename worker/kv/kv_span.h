@@ -29,4 +29,19 @@ inline KvSpan PageSpan(const PagedKvCache& kv, int layer, int32_t page, int head
   return s;
 }
 
+// The span without its first k tokens (a sliding window that starts inside a page); the int8
+// scales are per page and stay.
+inline KvSpan SkipTokens(KvSpan s, int k, int head_dim) {
+  const int64_t off = int64_t{k} * head_dim;
+  if (s.type == KvSpanType::kInt8) {
+    s.k8 += off;
+    s.v8 += off;
+  } else {
+    s.k += off;
+    s.v += off;
+  }
+  s.n -= k;
+  return s;
+}
+
 }  // namespace tinyserve

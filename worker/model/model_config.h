@@ -3,6 +3,7 @@
 // config.json.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,29 @@ struct ModelConfig {
   // before RoPE.
   bool qk_norm = false;
   bool tied_embeddings = false;  // LM head is the token embedding
+
+  // Gemma 3 (variant "gemma3"): token embeddings scaled by embed_scale (sqrt(dim)); each
+  // layer's attention and MLP outputs RMS-normalized (attn_post_norm / ffn_post_norm) before
+  // the residual adds; a GeGLU MLP (gelu_tanh(gate) * up) instead of SwiGLU.
+  float embed_scale = 1.0f;
+  bool post_norms = false;
+  bool gelu_gate = false;
+  // Attention scores are scale * q·k; 0: 1/sqrt(head_dim).
+  float attn_scale = 0.0f;
+  // Sliding-window attention: a layer l with swa_layers[l] attends only the sliding_window
+  // latest positions (its own included: position p sees [p - sliding_window + 1, p]), with RoPE
+  // base rope_theta_swa and no scaling or factors; the others attend everything and use the
+  // rope_* fields above. sliding_window 0 (swa_layers empty): no sliding layers.
+  int sliding_window = 0;
+  std::vector<bool> swa_layers;
+  float rope_theta_swa = 10000.0f;
+
+  bool SlidingLayer(int l) const {
+    return sliding_window > 0 && l < static_cast<int>(swa_layers.size()) && swa_layers[l];
+  }
+  float AttentionScale() const {
+    return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
 };
 
 const char* ArchName(Arch arch);

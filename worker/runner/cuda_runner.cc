@@ -75,6 +75,10 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSourc
   if (c.arch != Arch::kLlama)
     return absl::UnimplementedError(
         absl::StrCat("--device cuda runs Llama-family models; ", ArchName(c), " is CPU-only"));
+  if (c.post_norms || c.gelu_gate || c.sliding_window > 0 || c.embed_scale != 1.0f)
+    return absl::UnimplementedError(
+        absl::StrCat("--device cuda: ", ArchName(c),
+                     " (post-norms, GeGLU, sliding-window attention) is CPU-only"));
   if (c.qk_norm)
     return absl::UnimplementedError(
         absl::StrCat("--device cuda: ", ArchName(c), "'s per-head Q/K norms are CPU-only"));

@@ -224,6 +224,8 @@ absl::StatusOr<std::unique_ptr<TransformerRunner>> TransformerRunner::Create(
   if (c.rope_style != RopeStyle::kNone)
     r->rope_ = std::make_unique<RopeTable>(c.head_dim, max_pos, c.rope_theta, c.rope_freq_scale,
                                            c.rope_freq_factors);
+  if (c.rope_style != RopeStyle::kNone && c.sliding_window > 0)
+    r->rope_swa_ = std::make_unique<RopeTable>(c.head_dim, max_pos, c.rope_theta_swa);
   return r;
 }
 
@@ -277,6 +279,11 @@ absl::Status TransformerRunner::Load(const WeightSource& src) {
     Layer& L = layers_[i];
     TS_ASSIGN_OR_RETURN(L.attn_norm_w, LoadVector(src, Blk(i, "attn_norm.weight"), D));
     TS_ASSIGN_OR_RETURN(L.ffn_norm_w, LoadVector(src, Blk(i, "ffn_norm.weight"), D));
+    if (c.post_norms) {
+      TS_ASSIGN_OR_RETURN(L.post_attn_norm,
+                          LoadVector(src, Blk(i, "post_attention_norm.weight"), D));
+      TS_ASSIGN_OR_RETURN(L.post_ffn_norm, LoadVector(src, Blk(i, "post_ffw_norm.weight"), D));
+    }
     if (gpt2) {
       TS_ASSIGN_OR_RETURN(L.attn_norm_b, LoadVector(src, Blk(i, "attn_norm.bias"), D));
       TS_ASSIGN_OR_RETURN(L.ffn_norm_b, LoadVector(src, Blk(i, "ffn_norm.bias"), D));
@@ -444,6 +451,8 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     for (int i = 0; i < batch[s].n; ++i) {
       float* xr = &x_[static_cast<size_t>(row0[s] + i) * D];
       MatrixRowToFloat(token_embd_, batch[s].tokens[i], xr);
+      if (c.embed_scale != 1.0f)
+        for (int d = 0; d < D; ++d) xr[d] *= c.embed_scale;
       if (c.arch == Arch::kGpt2) {
         MatrixRowToFloat(position_embd_, batch[s].start_pos + i, pos_row.data());
         AddInPlace(xr, pos_row.data(), D);
@@ -497,6 +506,16 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
         Norm(&x_[static_cast<size_t>(t) * D], w, b, &xn_[static_cast<size_t>(t) * D]);
     });
   };
+  // Gemma's post-norms: rows of proj_ RMS-normalized in place before the residual add.
+  auto post_norm_rows = [&](const std::vector<float>& w) {
+    if (w.empty()) return;
+    by_rows([&](int t0, int t1) {
+      for (int t = t0; t < t1; ++t) {
+        float* y = &proj_[static_cast<size_t>(t) * D];
+        RmsNorm(y, w.data(), D, c.norm_eps, y);
+      }
+    });
+  };
   auto add_rows = [&](float* y, const float* x, int64_t n) {
     by_rows([&](int t0, int t1) {
       AddInPlace(y + t0 * n, x + t0 * n, static_cast<int>((t1 - t0) * n));
@@ -516,9 +535,10 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     // rows share page boxes).
     if (rope_) {
       const bool adj = c.rope_style == RopeStyle::kAdjacent;
+      const RopeTable& rope = c.SlidingLayer(l) ? *rope_swa_ : *rope_;
       auto head = [&](float* x, const std::vector<float>& norm, int64_t pos) {
         if (!norm.empty()) RmsNorm(x, norm.data(), hd, c.norm_eps, x);
-        rope_->Apply(x, pos, adj);
+        rope.Apply(x, pos, adj);
       };
       by_rows([&](int t0, int t1) {
         for (int t = t0; t < t1; ++t) {
@@ -546,6 +566,7 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
     matmul(L.wo, att_.data(), proj_.data(), &LoraLayer::o, l);
     AddBias(proj_.data(), L.bo, T, D);
     TS_RETURN_IF_ERROR(AllReduce(proj_.data(), proj_.size()));
+    post_norm_rows(L.post_attn_norm);
     add_rows(x_.data(), proj_.data(), D);
 
     norm_rows(L.ffn_norm_w, L.ffn_norm_b);
@@ -560,12 +581,19 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
       by_rows([&](int t0, int t1) {
         // Row by row, so that a row's vector/tail split does not depend on the thread split.
         const size_t f = static_cast<size_t>(ffn_local_);
-        for (int t = t0; t < t1; ++t) SwiGlu(&gate_[t * f], &up_[t * f], ffn_local_);
+        for (int t = t0; t < t1; ++t) {
+          if (c.gelu_gate) {
+            GeGlu(&gate_[t * f], &up_[t * f], ffn_local_);
+          } else {
+            SwiGlu(&gate_[t * f], &up_[t * f], ffn_local_);
+          }
+        }
       });
       matmul(L.w_down, gate_.data(), proj_.data(), &LoraLayer::down, l);
     }
     AddBias(proj_.data(), L.b_down, T, D);
     TS_RETURN_IF_ERROR(AllReduce(proj_.data(), proj_.size()));
+    post_norm_rows(L.post_ffn_norm);
     add_rows(x_.data(), proj_.data(), D);
   }
 
@@ -635,7 +663,11 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
   const int hd = config_.head_dim, ps = kv->config().page_size;
   const int qdim = heads_local_ * hd;
   const int group = heads_local_ / kv_local_;  // local query heads per local KV head
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = config_.AttentionScale();
+  // A sliding layer's row at position p attends [p - window + 1, p] only; its rows are all
+  // items of the body below (dense over the window, no selection), each reading at most
+  // window tokens.
+  const int64_t window = config_.SlidingLayer(layer) ? config_.sliding_window : 0;
   // Work items: (row t, local KV head).
   const int T = row0.back();
   const int64_t items = static_cast<int64_t>(T) * kv_local_;
@@ -650,11 +682,14 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
   auto page_spans = [&](int64_t it, const int32_t* lps, size_t n, std::vector<KvSpan>* spans) {
     const SeqInput& in = batch[seq_of_row[it / kv_local_]];
     const int64_t n_tok = in.start_pos + (it / kv_local_ - row0[seq_of_row[it / kv_local_]]) + 1;
+    const int64_t lo = window > 0 ? std::max<int64_t>(0, n_tok - window) : 0;
     spans->clear();
     for (size_t i = 0; i < n; ++i) {
-      const int n_in = static_cast<int>(std::min<int64_t>(ps, n_tok - int64_t{lps[i]} * ps));
-      spans->push_back(
-          PageSpan(*kv, layer, (*in.pages)[lps[i]], static_cast<int>(it % kv_local_), n_in));
+      const int64_t first = int64_t{lps[i]} * ps;
+      const int n_in = static_cast<int>(std::min<int64_t>(ps, n_tok - first));
+      KvSpan sp = PageSpan(*kv, layer, (*in.pages)[lps[i]], static_cast<int>(it % kv_local_), n_in);
+      if (lo > first) sp = SkipTokens(sp, static_cast<int>(lo - first), hd);
+      spans->push_back(sp);
     }
   };
   // Decode items with more than kPartPages pages to attend are split into parts of kPartPages
@@ -677,13 +712,13 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
   // On a layer where the sequence selects, each row is a decode item of its own instead (body),
   // selecting and attending as its decode step would.
   std::vector<std::pair<int, int>> verify;
-  for (size_t s = 0; s + 1 < row0.size(); ++s) {
+  for (size_t s = 0; s + 1 < row0.size() && window == 0; ++s) {
     if (!batch[s].decode_rows || batch[s].n <= 1) continue;
     if (batch[s].selector != nullptr && batch[s].selector->Active(layer)) continue;
     for (int h = 0; h < kv_local_; ++h) verify.emplace_back(static_cast<int>(s), h);
     std::fill(in_block.begin() + row0[s], in_block.begin() + row0[s + 1], 1);
   }
-  if (hd % 32 == 0 && hd <= 256) {
+  if (hd % 32 == 0 && hd <= 256 && window == 0) {
     for (size_t s = 0; s + 1 < row0.size(); ++s) {
       if (batch[s].n <= 1 || batch[s].decode_rows) continue;
       for (int t = row0[s]; t < row0[s + 1]; t += kPrefillBlockRows)
@@ -708,9 +743,12 @@ void TransformerRunner::Attention(int layer, const std::vector<SeqInput>& batch,
       // Selection applies to decode (one new token, or a verified row) on active layers only;
       // prefill is dense.
       const bool decode = in.n == 1 || in.decode_rows;
-      AttentionSelector* sel = decode ? in.selector : nullptr;
+      AttentionSelector* sel = decode && window == 0 ? in.selector : nullptr;
       chosen.clear();
-      if (sel != nullptr && sel->Active(layer)) {
+      if (window > 0) {
+        for (int64_t p = std::max<int64_t>(0, n_tok - window) / ps; p < n_pages; ++p)
+          chosen.push_back(static_cast<int32_t>(p));
+      } else if (sel != nullptr && sel->Active(layer)) {
         SelectArgs a;
         a.layer = layer;
         a.kv_head = h;

@@ -121,6 +121,7 @@ class TransformerRunner {
     Matrix wq, wk, wv, wo, w_gate, w_up, w_down;
     std::vector<float> bq, bk, bv, bo, b_up, b_down;  // empty when absent (or not this rank's)
     std::vector<float> q_norm, k_norm;                // [head_dim] with config qk_norm
+    std::vector<float> post_attn_norm, post_ffn_norm;  // [dim] with config post_norms
   };
 
   // This rank's slices: query rows [q0, q1) of qd, KV rows [k0, k1) of kd, MLP rows [f0, f1).
@@ -147,6 +148,7 @@ class TransformerRunner {
   std::vector<Layer> layers_;
   std::vector<std::vector<LoraLayer>> loras_;  // [adapter id - 1][layer]
   std::unique_ptr<RopeTable> rope_;
+  std::unique_ptr<RopeTable> rope_swa_;  // sliding layers' (config rope_theta_swa), if any
   int64_t weight_bytes_ = 0;
   ForwardTimings timings_;
 

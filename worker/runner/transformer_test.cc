@@ -137,7 +137,10 @@ std::vector<float> DecodeTail(TransformerRunner& r, const std::vector<int32_t>& 
 // and without.
 TEST(TransformerRunner, DecodeRowsEqualSingleTokenSteps) {
   std::vector<std::string> paths = {Stories260kPath()};
-  if (!TestModels().empty()) paths.push_back(TestModels() + "/llama-d64");
+  if (!TestModels().empty()) {
+    paths.push_back(TestModels() + "/llama-d64");
+    paths.push_back(TestModels() + "/gemma3-tiny");  // sliding layers: rows attend their windows
+  }
   std::vector<int32_t> ids;
   for (int i = 0; i < 41; ++i) ids.push_back((i * 37 + 11) % 250 + 3);
   ThreadPool pool(2);
@@ -201,6 +204,9 @@ TEST(TransformerRunner, TwoHalfShardsSumToTheUnshardedResult) {
   if (!TestModels().empty()) {
     ExpectShardsSumToWhole(TestModels() + "/llama-tiny", {5, 9, 200, 17, 33, 1});
     ExpectShardsSumToWhole(TestModels() + "/gpt2-tiny", {5, 9, 200, 17, 33, 1});
+    // Post-norms after the all-reduce; a window of 8 crossed.
+    ExpectShardsSumToWhole(TestModels() + "/gemma3-tiny",
+                           {5, 9, 200, 17, 33, 1, 70, 71, 72, 90, 100, 3, 4, 250});
   }
 }
 
