@@ -20,6 +20,9 @@ PolicyContext MakePolicyContext(const ModelConfig& model, int local_kv_heads, in
   c.page_size = page_size;
   c.kv_bytes_per_token_head_layer = 2 * model.head_dim * KvDtypeBytes(kv_dtype);
   c.seed = seed;
+  c.sliding_window = model.sliding_window;
+  c.sliding.resize(model.n_layers);
+  for (int l = 0; l < model.n_layers; ++l) c.sliding[l] = model.SlidingLayer(l);
   return c;
 }
 
@@ -29,7 +32,7 @@ Policy::Policy(const SelectionSpec& spec, const PolicyContext& ctx)
   rows_.resize(1);
 }
 
-bool Policy::Active(int layer) const { return layer >= spec_.dense_layers; }
+bool Policy::Active(int layer) const { return layer >= spec_.dense_layers && !ctx_.Sliding(layer); }
 
 bool Policy::NeedsScores(int layer) const { return Active(layer) && WantsScores(layer); }
 
@@ -38,13 +41,14 @@ void Policy::OnScores(const ScoresArgs& args) { Scores(args); }
 void Policy::BeginStep(int64_t n_tokens, int rows) {
   n_tokens_ = n_tokens;
   oracle_step_ = spec_.oracle_every > 0 && step_index_ % spec_.oracle_every == 0;
-  // Dense layers read everything: count them on both sides so ratios cover the whole model.
-  int dense = 0;
-  for (int l = 0; l < ctx_.n_layers; ++l) dense += Active(l) ? 0 : 1;
+  // Dense layers read everything (sliding ones their window): count them on both sides so
+  // ratios cover the whole model.
   rows_.assign(static_cast<size_t>(std::max(1, rows)), StepStats());
   for (size_t r = 0; r < rows_.size(); ++r) {
-    const int64_t bytes = static_cast<int64_t>(dense) * ctx_.n_kv_heads *
-                          (n_tokens + static_cast<int64_t>(r)) * ctx_.kv_bytes_per_token_head_layer;
+    int64_t tokens = 0;
+    for (int l = 0; l < ctx_.n_layers; ++l)
+      if (!Active(l)) tokens += ctx_.LayerTokens(l, n_tokens + static_cast<int64_t>(r));
+    const int64_t bytes = tokens * ctx_.n_kv_heads * ctx_.kv_bytes_per_token_head_layer;
     rows_[r].kv_bytes_read += bytes;
     rows_[r].kv_bytes_dense += bytes;
   }
@@ -79,7 +83,7 @@ double Policy::AttendedTokens(int64_t n_tokens) const {
     sum +=
         Active(l) && selects
             ? std::min<double>(static_cast<double>(n_tokens), page_budget_ * ctx_.page_size) + boxes
-            : static_cast<double>(n_tokens);
+            : static_cast<double>(ctx_.LayerTokens(l, n_tokens));
   }
   return ctx_.n_layers > 0 ? sum / ctx_.n_layers : static_cast<double>(n_tokens);
 }
@@ -101,7 +105,8 @@ void Policy::RecordDenseStep(int64_t n_tokens) {
       step.pages_selected += n_pages * ctx_.n_kv_heads;
       step.pages_total += n_pages * ctx_.n_kv_heads;
     }
-    step.kv_bytes_read += n_tokens * ctx_.n_kv_heads * ctx_.kv_bytes_per_token_head_layer;
+    step.kv_bytes_read +=
+        ctx_.LayerTokens(l, n_tokens) * ctx_.n_kv_heads * ctx_.kv_bytes_per_token_head_layer;
   }
   step.kv_bytes_dense = step.kv_bytes_read;
   RecordStep(step);

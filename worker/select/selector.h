@@ -19,6 +19,7 @@
 // rate, attention-mass recall); step-to-step reuse of the selected pages.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,18 @@ struct PolicyContext {
   int page_size = 16;
   int kv_bytes_per_token_head_layer = 0;  // K+V bytes of one token, head and layer
   uint64_t seed = 0;
+  // Sliding-window layers (ModelConfig::SlidingLayer): they attend their last sliding_window
+  // tokens densely, never select, and read (and would read dense) that many tokens.
+  int sliding_window = 0;
+  std::vector<bool> sliding;  // [layer]
+
+  bool Sliding(int layer) const {
+    return sliding_window > 0 && layer < static_cast<int>(sliding.size()) && sliding[layer];
+  }
+  // Tokens layer `layer` attends at a context of n tokens.
+  int64_t LayerTokens(int layer, int64_t n) const {
+    return Sliding(layer) ? std::min<int64_t>(n, sliding_window) : n;
+  }
 };
 
 // The context of a runner's shard: n_layers, head_dim from the model, its local KV heads, and the

@@ -215,6 +215,35 @@ TEST(Policies, QuestStaysDenseWhenTheBoxesWouldCostMoreThanTheySave) {
   }
 }
 
+// Sliding-window layers (Gemma 3) never select and count their window, not the context, on
+// both sides of the bytes ratio.
+TEST(Policies, SlidingLayersAreDenseOverTheirWindow) {
+  PolicyContext c;
+  c.n_layers = 3;
+  c.n_kv_heads = 1;
+  c.head_dim = 8;
+  c.page_size = 16;
+  c.kv_bytes_per_token_head_layer = 32;
+  c.sliding_window = 8;
+  c.sliding = {true, false, true};
+  SelectionSpec spec;
+  spec.policy = "quest";
+  spec.budget = 10 * 16;
+  spec.dense_layers = 0;
+  auto p = CreatePolicy(spec, c);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE((*p)->Active(0));
+  EXPECT_TRUE((*p)->Active(1));
+  EXPECT_FALSE((*p)->Active(2));
+  (*p)->BeginStep(100);  // no Select on layer 1: only the sliding layers' 8 + 8 tokens
+  (*p)->EndStep();
+  EXPECT_EQ((*p)->last_step().kv_bytes_dense, 16 * 32);
+  EXPECT_EQ((*p)->last_step().kv_bytes_read, 16 * 32);
+  (*p)->RecordDenseStep(100);
+  EXPECT_EQ((*p)->last_step().kv_bytes_read, (8 + 100 + 8) * 32);
+  EXPECT_DOUBLE_EQ((*p)->AttendedTokens(100), (8 + 100 + 8) / 3.0);
+}
+
 TEST(SelectionSpec, ErrorsNameTheField) {
   SelectionSpec spec;
   spec.policy = "nope";
