@@ -18,12 +18,11 @@ import argparse
 import os
 import sys
 
-import numpy as np
 from gguf import GGMLQuantizationType as T
-from gguf import GGUFWriter, quants
+from gguf import GGUFWriter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_variant_models import uniform  # noqa: E402
+from make_qwen_bench_model import random_tensors  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, CTX, VOCAB = 640, 4, 1, 256, 2048, 32768, 262144
 
@@ -72,15 +71,7 @@ def main():
     w.add_add_bos_token(True)
     w.add_add_space_prefix(False)
 
-    seed = [0]
-
-    def rand(shape, std, mean=0.0):
-        seed[0] += 1
-        n = int(np.prod(shape))
-        return (mean + uniform(seed[0], n, -std * 3**0.5, std * 3**0.5)).reshape(shape)
-
-    def matrix(name, rows, cols, qtype=T.Q4_1):
-        w.add_tensor(name, quants.quantize(rand((rows, cols), cols**-0.5), qtype), raw_dtype=qtype)
+    rand, matrix = random_tensors(w)
 
     def norm(name, n):
         w.add_tensor(name, rand((n,), 0.1, 1.0))

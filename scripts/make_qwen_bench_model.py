@@ -26,6 +26,22 @@ from make_variant_models import uniform  # noqa: E402
 HIDDEN, HEADS, KV_HEADS, FFN, CTX = 896, 14, 2, 4864, 32768
 
 
+def random_tensors(w):
+    """rand(shape, std, mean): seeded uniform noise, a new seed per call; matrix(name, rows, cols,
+    qtype): a rows x cols weight of std 1/sqrt(cols) quantized into w (Q4_1 by default)."""
+    seed = [0]
+
+    def rand(shape, std, mean=0.0):
+        seed[0] += 1
+        n = int(np.prod(shape))
+        return (mean + uniform(seed[0], n, -std * 3**0.5, std * 3**0.5)).reshape(shape)
+
+    def matrix(name, rows, cols, qtype=T.Q4_1):
+        w.add_tensor(name, quants.quantize(rand((rows, cols), cols**-0.5), qtype), raw_dtype=qtype)
+
+    return rand, matrix
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -44,16 +60,7 @@ def main():
     w.add_layer_norm_rms_eps(1e-6)
     vocab = make_qwen_vocab.add_vocab(w, eos="<|im_end|>")
 
-    seed = [0]
-
-    def rand(shape, std, mean=0.0):
-        seed[0] += 1
-        n = int(np.prod(shape))
-        return (mean + uniform(seed[0], n, -std * 3**0.5, std * 3**0.5)).reshape(shape)
-
-    def matrix(name, rows, cols, qtype=T.Q4_1):
-        w.add_tensor(name, quants.quantize(rand((rows, cols), cols**-0.5), qtype), raw_dtype=qtype)
-
+    rand, matrix = random_tensors(w)
     matrix("token_embd.weight", vocab, HIDDEN, T.Q8_0)
     for i in range(a.layers):
         p = f"blk.{i}."
