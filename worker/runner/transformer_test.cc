@@ -28,20 +28,27 @@ std::string TestModels() {
 // A fresh cache (pages of 16 tokens) holding one sequence of n tokens in pages 0, 1, ...
 struct FreshCache {
   static constexpr int kPageSize = 16;
-  FreshCache(const TransformerRunner& r, size_t n)
-      : kv(r.MakeKvConfig(kPageSize, (static_cast<int64_t>(n) + kPageSize - 1) / kPageSize)) {
+  FreshCache(const TransformerRunner& r, size_t n, KvDtype dtype = KvDtype::kF16)
+      : kv(WithDtype(
+            r.MakeKvConfig(kPageSize, (static_cast<int64_t>(n) + kPageSize - 1) / kPageSize),
+            dtype)) {
     for (int32_t p = 0; p < kv.config().num_pages; ++p) {
       pages.push_back(p);
       kv.ResetPage(p);
     }
+  }
+  static KvCacheConfig WithDtype(KvCacheConfig c, KvDtype dtype) {
+    c.dtype = dtype;
+    return c;
   }
   PagedKvCache kv;
   std::vector<int32_t> pages;
 };
 
 // Runs all tokens of one sequence through a fresh cache; returns [n][vocab] logits.
-std::vector<float> RunAll(TransformerRunner& r, const std::vector<int32_t>& ids, int chunk = 0) {
-  FreshCache c(r, ids.size());
+std::vector<float> RunAll(TransformerRunner& r, const std::vector<int32_t>& ids, int chunk = 0,
+                          KvDtype dtype = KvDtype::kF16) {
+  FreshCache c(r, ids.size(), dtype);
   PagedKvCache& kv = c.kv;
   const std::vector<int32_t>& pages = c.pages;
   std::vector<float> all, logits;
@@ -100,6 +107,29 @@ TEST(TransformerRunner, MatchesTransformersOnRandomHfModels) {
         }
       }
     }
+  }
+}
+
+// Sliding windows that start inside int8 pages (sealed and still filling): the logits follow
+// the fp16 cache's within int8's rounding (a window that read the wrong slots would not).
+TEST(TransformerRunner, SlidingWindowsOverInt8PagesFollowFp16) {
+  if (TestModels().empty()) GTEST_SKIP() << "TINYSERVE_TEST_MODELS is not set (CTest fixture)";
+  auto src = OpenWeightSource(TestModels() + "/gemma3-tiny");
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto runner = TransformerRunner::Create(**src, RunnerOptions());
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 45; ++i) ids.push_back((i * 53 + 7) % 260 + 5);
+  for (int chunk : {0, 1, 5}) {
+    const std::vector<float> f16 = RunAll(**runner, ids, chunk);
+    const std::vector<float> i8 = RunAll(**runner, ids, chunk, KvDtype::kInt8);
+    ASSERT_EQ(f16.size(), i8.size());
+    float scale = 0, err = 0;
+    for (size_t i = 0; i < f16.size(); ++i) {
+      scale = std::max(scale, std::fabs(f16[i]));
+      err = std::max(err, std::fabs(i8[i] - f16[i]));
+    }
+    EXPECT_LE(err, 0.05f * scale) << "chunk " << chunk;
   }
 }
 
