@@ -56,12 +56,6 @@ float LoadElement(const uint8_t* p, SafetensorsDtype d) {
   return 0.0f;
 }
 
-// "llama", "gemma3", "gpt2", ... for messages (ts_hf does not link ArchName).
-std::string Kind(const ModelConfig& c) {
-  if (!c.variant.empty()) return c.variant;
-  return c.arch == Arch::kLlama ? "llama" : "gpt2";
-}
-
 // GGUF-name -> expected ne, from the config (the same list the GGUF source checks).
 std::map<std::string, std::vector<int64_t>> ExpectedShapes(const ModelConfig& c) {
   std::map<std::string, std::vector<int64_t>> want;
@@ -171,7 +165,7 @@ class HfWeightSource final : public WeightSource {
   bool Has(const std::string& name) const override { return tensors_.count(name) != 0; }
 
   std::string Describe() const override {
-    return absl::StrCat("hf ", Kind(config_), " folder '", dir_, "' (", ckpt_->files().size(),
+    return absl::StrCat("hf ", ArchName(config_), " folder '", dir_, "' (", ckpt_->files().size(),
                         " safetensors file", ckpt_->files().size() == 1 ? "" : "s", ", ",
                         tensors_.size(), " tensors)");
   }
@@ -204,8 +198,8 @@ class HfWeightSource final : public WeightSource {
       }
       if (shape == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "hf: tensor '", hf_name, "' in ", dir_, " is not part of a ", Kind(c), " model with ",
-            c.n_layers, " layers (or this build does not support it)"));
+            "hf: tensor '", hf_name, "' in ", dir_, " is not part of a ", ArchName(c),
+            " model with ", c.n_layers, " layers (or this build does not support it)"));
       }
       auto [prev, inserted] = from.emplace(m.gguf_name, hf_name);
       if (!inserted) {

@@ -74,7 +74,19 @@ struct ModelConfig {
   }
 };
 
-const char* ArchName(Arch arch);
-std::string ArchName(const ModelConfig& c);
+inline const char* ArchName(Arch arch) {
+  switch (arch) {
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kGpt2:
+      return "gpt2";
+  }
+  return "unknown";
+}
+
+// The architecture's name: the variant's ("qwen2", "gemma3", ...) when it has one.
+inline std::string ArchName(const ModelConfig& c) {
+  return c.variant.empty() ? ArchName(c.arch) : c.variant;
+}
 
 }  // namespace tinyserve
