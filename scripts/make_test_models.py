@@ -18,6 +18,9 @@ Models (one folder each, with config.json, tokenizer.json and tokenizer_config.j
                         1e6, linear RoPE scaling (factor 2), tied embeddings, F32.
   qwen3-tiny            qwen3 (Qwen3ForCausalLM): per-head Q/K RMSNorms, head_dim 32 (4 heads of
                         32 over hidden 64), no biases, tied embeddings, F32.
+  qwen3-tiny-yarn       qwen3-tiny's shapes (other weights) with rope_scaling "yarn" (factor 4 over an
+                        original context of 16, as Qwen3's model card sets it for 128K: the pairs
+                        fall on both sides of the ramp and one on it; attention factor 1.139).
   gemma3-tiny           gemma3_text (Gemma3ForCausalLM), 3 layers: sliding (window 8), full,
                         sliding; heads of 32 over hidden 64, Q/K norms, post-norms, GeGLU,
                         query_pre_attn_scalar 24, rope_theta 1e6 with linear scaling (factor 2,
@@ -386,6 +389,16 @@ def all_models():
         "config.json": json_bytes(qwen3),
         "model.safetensors": safetensors_bytes(
             llama_tensors(seed=8, tied=True, head_dim=32, qk_norm=True), "F32"),
+        **common}
+
+    # Qwen3 with YaRN: the 17- and 40-token sequences run past the original context of 16.
+    qwen3_yarn = dict(qwen3)
+    qwen3_yarn["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0,
+                                  "original_max_position_embeddings": 16}
+    models["qwen3-tiny-yarn"] = {
+        "config.json": json_bytes(qwen3_yarn),
+        "model.safetensors": safetensors_bytes(
+            llama_tensors(seed=10, tied=True, head_dim=32, qk_norm=True), "F32"),
         **common}
 
     # Gemma 3: a window of 8 that the 17- and 40-token sequences cross (mid-page), one full

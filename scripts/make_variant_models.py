@@ -17,14 +17,18 @@ be checked against llama.cpp on real weights:
                tokens (so the texts and greedy runs cross it, mid-page). Gemma scales the
                embeddings by sqrt(576) = 24: token_embd's Q8_0 block scales are divided by 24
                (fp16) and the LM head keeps the source's rows as output.weight.
+  qwen2-yarn   the qwen2 variant with YaRN RoPE scaling as llama.cpp's converter writes it for
+               Qwen2.5 (rope.scaling.type "yarn", factor 4, original_context_length YARN_CTX = 32
+               so that the texts run past it; the ramp then spans channel pairs 0-5 of SmolLM2's
+               heads of 64 at base 1e5).
   llama3-rope  "llama" with a rope_freqs.weight tensor (Llama 3's per-frequency divisors; here a
                seeded uniform 1-1.25 on every channel pair, so short prompts feel them too),
                rope.scaling.type "linear" with factor 1.1, and tokenizer.ggml.pre "llama-bpe".
 
 Usage:
   scripts/make_variant_models.py SOURCE.gguf OUT.gguf VARIANT     write one (numpy and gguf only)
-  scripts/make_variant_models.py --goldens [SOURCE.gguf]          dev-time: llama.cpp's outputs
-        on both variants into tests/golden/smollm2/variants.json (needs llama-cpp-python): what
+  scripts/make_variant_models.py --goldens [SOURCE.gguf] [VARIANT ...]   dev-time: llama.cpp's
+        outputs on the variants (all, or those named, kept beside the others) into tests/golden/smollm2/variants.json (needs llama-cpp-python): what
         scripts/make_lora_goldens.run records, as for the K-quant goldens, and the ids of
         make_tokenizer_goldens.COMMON_CASES under each variant's pre-tokenizer
 
@@ -43,7 +47,8 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_lora_adapter import sha256  # noqa: E402,F401  (tests call make_variant_models.sha256)
 
-VARIANTS = ("qwen2", "qwen3", "llama3-rope", "gemma3")
+VARIANTS = ("qwen2", "qwen3", "llama3-rope", "gemma3", "qwen2-yarn")
+YARN_CTX = 32
 GEMMA_WINDOW = 20
 POST_NORM = (0.05, 0.15)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,6 +94,8 @@ def scale_q8_0(data, factor):
 def write(source, out, variant):
     if variant not in VARIANTS:
         sys.exit(f"unknown variant {variant!r} (one of {', '.join(VARIANTS)})")
+    yarn = variant.endswith("-yarn")
+    variant = variant.removesuffix("-yarn")  # the weights are the base variant's
     r = GGUFReader(source)
     src_arch = r.fields["general.architecture"].contents()
     arch = variant if variant.startswith(("qwen", "gemma")) else src_arch
@@ -110,6 +117,11 @@ def write(source, out, variant):
         w.add_key_value(key, value, field.types[0], sub_type=sub)
     if variant == "gemma3":
         w.add_key_value(f"{arch}.attention.sliding_window", GEMMA_WINDOW, GGUFValueType.UINT32)
+    if yarn:
+        w.add_key_value(f"{arch}.rope.scaling.type", "yarn", GGUFValueType.STRING)
+        w.add_key_value(f"{arch}.rope.scaling.factor", 4.0, GGUFValueType.FLOAT32)
+        w.add_key_value(f"{arch}.rope.scaling.original_context_length", YARN_CTX,
+                        GGUFValueType.UINT32)
     if variant == "llama3-rope":
         w.add_key_value(f"{arch}.rope.scaling.type", "linear", GGUFValueType.STRING)
         w.add_key_value(f"{arch}.rope.scaling.factor", 1.1, GGUFValueType.FLOAT32)
@@ -154,7 +166,7 @@ def write(source, out, variant):
     w.close()
 
 
-def goldens(source):
+def goldens(source, only=()):
     import llama_cpp
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import make_lora_goldens
@@ -162,8 +174,11 @@ def goldens(source):
     out = {"generator": "scripts/make_variant_models.py --goldens",
            "llama_cpp_python": llama_cpp.__version__, "source_sha256": sha256(source),
            "variants": {}}
+    if only:  # keep the other variants' outputs as they are
+        with open(GOLDEN, encoding="utf-8") as f:
+            out["variants"] = json.load(f)["variants"]
     with tempfile.TemporaryDirectory() as tmp:
-        for variant in VARIANTS:
+        for variant in only or VARIANTS:
             path = os.path.join(tmp, variant + ".gguf")
             write(source, path, variant)
             vocab = llama_cpp.Llama(path, vocab_only=True, verbose=False)
@@ -182,7 +197,7 @@ def goldens(source):
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "--goldens":
         goldens(sys.argv[2] if len(sys.argv) > 2 else os.path.expanduser(
-            "~/.cache/tinyserve/SmolLM2-135M-Instruct.Q4_1.gguf"))
+            "~/.cache/tinyserve/SmolLM2-135M-Instruct.Q4_1.gguf"), tuple(sys.argv[3:]))
         return
     if len(sys.argv) != 4:
         sys.exit(__doc__)

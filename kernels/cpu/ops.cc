@@ -150,7 +150,7 @@ void AddInPlace(float* y, const float* x, int n) {
 namespace tinyserve {
 
 RopeTable::RopeTable(int head_dim, int max_pos, float theta, float freq_scale,
-                     const std::vector<float>& freq_factors)
+                     const std::vector<float>& freq_factors, float attn_factor)
     : head_dim_(head_dim), max_pos_(max_pos) {
   const int half = head_dim / 2;
   cos_.resize(static_cast<size_t>(max_pos) * half);
@@ -161,8 +161,8 @@ RopeTable::RopeTable(int head_dim, int max_pos, float theta, float freq_scale,
         freq_scale * std::pow(static_cast<double>(theta), -2.0 * i / head_dim) / factor;
     for (int p = 0; p < max_pos; ++p) {
       const double a = p * freq;
-      cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(a));
-      sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(a));
+      cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(attn_factor * std::cos(a));
+      sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(attn_factor * std::sin(a));
     }
   }
 }

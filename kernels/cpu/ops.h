@@ -35,9 +35,9 @@ namespace tinyserve {
 class RopeTable {
  public:
   // Pair i turns by pos * freq_scale * theta^(-2i/head_dim) / freq_factors[i] (factors empty:
-  // all 1; else head_dim / 2 of them).
+  // all 1; else head_dim / 2 of them); its cos and sin are scaled by attn_factor (YaRN).
   RopeTable(int head_dim, int max_pos, float theta, float freq_scale = 1.0f,
-            const std::vector<float>& freq_factors = {});
+            const std::vector<float>& freq_factors = {}, float attn_factor = 1.0f);
   int max_pos() const { return max_pos_; }
   // Rotates x [head_dim] in place for pos < max_pos (see ApplyRope for the pairing).
   void Apply(float* x, int64_t pos, bool adjacent) const;

@@ -139,6 +139,7 @@ struct DeviceModel::Impl {
   struct Layer {
     void *attn_norm, *wqkv, *wo, *ffn_norm, *wgu, *wdown;
     void* bqkv = nullptr;              // [qkv_dim] with config qkv_bias
+    void *q_norm = nullptr, *k_norm = nullptr;  // [head_dim] each, with config qk_norm
     void *k, *v, *kmin, *kmax;         // k/v: device, or home (mapped host) when tiered
     void *slot_k = nullptr, *slot_v = nullptr;  // tiered: device slots
     std::unique_ptr<PageResidency> residency;    // tiered only
@@ -275,6 +276,10 @@ bool DeviceModel::Impl::Init(std::string* error) {
     *error = "query heads per KV head must be an integer <= 8 on CUDA";
     return false;
   }
+  if (c.qk_norm && c.n_heads + c.n_kv_heads > kMaxNormHeads) {
+    *error = "per-head Q/K norms need n_heads + n_kv_heads <= " + std::to_string(kMaxNormHeads);
+    return false;
+  }
   if (c.dim % 8 != 0 || c.ffn_dim % 8 != 0) {
     *error = "dim and ffn_dim must be multiples of 8 on CUDA";
     return false;
@@ -344,6 +349,9 @@ bool DeviceModel::Impl::Init(std::string* error) {
     if (ok && c.qkv_bias)
       ok = Alloc(&L.bqkv, size_t(qkv_dim) * elt, error) &&
            cudaMemset(L.bqkv, 0, size_t(qkv_dim) * elt) == cudaSuccess;
+    if (ok && c.qk_norm)
+      ok = Alloc(&L.q_norm, size_t(c.head_dim) * elt, error) &&
+           Alloc(&L.k_norm, size_t(c.head_dim) * elt, error);
     if (!ok) break;
     if (Tiered(l)) {
       void *hk, *hv;
@@ -743,7 +751,11 @@ cudaError_t DeviceModel::Impl::Enqueue(const StepPlan& plan, std::string* where)
     rp.theta = c.rope_theta;
     rp.freq_scale = c.rope_freq_scale;
     rp.freq_factors = rope_factors;
+    rp.attn_factor = c.rope_attn_factor;
     rp.style = c.rope_adjacent ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
+    rp.q_norm = L.q_norm;
+    rp.k_norm = L.k_norm;
+    rp.norm_eps = c.norm_eps;
     TS_ENQ(ApplyRope(rp, stream));
     TS_ENQ(AppendPagedKv(AppendParams(l, n_seq, plan.max_new), stream));
     for (const DecodeGroup& g : plan.groups) {
@@ -1061,9 +1073,17 @@ bool DeviceModel::SetWeight(WeightSlot slot, int layer, const float* data, int64
       offset = m.qdim + m.kdim;
       expect = m.kdim;
       break;
+    case WeightSlot::kQNorm:
+      base = L->q_norm;
+      expect = c.head_dim;
+      break;
+    case WeightSlot::kKNorm:
+      base = L->k_norm;
+      expect = c.head_dim;
+      break;
   }
   if (base == nullptr) {
-    *error = "a bias slot without config qkv_bias";
+    *error = "a bias or Q/K-norm slot without config qkv_bias or qk_norm";
     return false;
   }
   if (count != expect || data == nullptr) {

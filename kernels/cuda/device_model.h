@@ -5,7 +5,8 @@
 // like the CPU runner's. Plain C++ header (no CUDA types): worker/runner/cuda_runner.cc adapts it
 // to the engine's runner interface; the kernels-only build tests it against a CPU reference.
 //
-// Forward, per layer: RMSNorm (+ residual), fused QKV GEMM (cuBLAS), RoPE, KV append (+ boxes),
+// Forward, per layer: RMSNorm (+ residual), fused QKV GEMM (cuBLAS), RoPE (with Qwen3's per-head
+// Q/K norms fused in front), KV append (+ boxes),
 // attention, O GEMM, RMSNorm (+ residual), fused gate|up GEMM, SwiGLU, down GEMM; then the final
 // norm and the LM head on the rows that need logits (f32 out). Attention: prefill rows through
 // the causal prefill kernel; decode rows (one token per sequence) through the dense or the fused
@@ -39,8 +40,10 @@ struct DeviceModelConfig {
   float rope_theta = 10000.f;
   bool rope_adjacent = false;  // (2i, 2i+1) pairs (GGUF Llama), else rotate-half (HF Llama)
   float rope_freq_scale = 1.f;           // linear RoPE scaling (RopeParams)
-  std::vector<float> rope_freq_factors;  // Llama 3's per-pair divisors; empty: none
+  std::vector<float> rope_freq_factors;  // Llama 3's (or YaRN's) per-pair divisors; empty: none
+  float rope_attn_factor = 1.f;          // YaRN: cos and sin scaled by it
   bool qkv_bias = false;                 // Q/K/V biases (Qwen2): weight slots kBq, kBk, kBv
+  bool qk_norm = false;                  // per-head Q/K RMSNorms (Qwen3): slots kQNorm, kKNorm
   bool bf16 = false;           // weights, activations and KV in bf16 instead of f16
   int page_size = 16;          // a power of two <= 32
   int num_pages = 0;           // KV pool: physical pages (each page_size tokens of every layer)
@@ -70,6 +73,8 @@ enum class WeightSlot {
   kBq,          // [n_heads * head_dim], per layer, with config qkv_bias
   kBk,          // [n_kv_heads * head_dim]
   kBv,          // [n_kv_heads * head_dim]
+  kQNorm,       // [head_dim], per layer, with config qk_norm
+  kKNorm,       // [head_dim]
 };
 
 // How a decode token attends (ignored for prefill rows, which are always dense).

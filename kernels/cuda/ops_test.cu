@@ -1,4 +1,5 @@
-// GPU vs CPU tests of the elementwise kernels: norms, RoPE (plain and scaled), bias add, SwiGLU,
+// GPU vs CPU tests of the elementwise kernels: norms, RoPE (plain, scaled, with Qwen3's per-head
+// norms), bias add, SwiGLU,
 // GELU, embedding, sampling.
 #include <random>
 #include <sstream>
@@ -72,31 +73,38 @@ TEST_F(OpsTest, RmsNormAndLayerNorm) {
     }
 }
 
+// RoPE over the Q and K heads of fused QKV rows ([tokens][hq + 2 hkv][d]) in `qkv`.
+RopeParams FusedQkvRope(DType t, DeviceBuffer& qkv, DeviceBuffer& positions, int tokens, int hq,
+                        int hkv, int d, RopeStyle style, float theta) {
+  RopeParams p;
+  p.dtype = t;
+  p.q = qkv.get();
+  p.q_stride = (hq + 2 * hkv) * d;
+  p.k = static_cast<char*>(qkv.get()) + size_t(hq) * d * 2;
+  p.k_stride = p.q_stride;
+  p.positions = positions.get<int32_t>();
+  p.tokens = tokens;
+  p.num_q_heads = hq;
+  p.num_kv_heads = hkv;
+  p.head_dim = d;
+  p.theta = theta;
+  p.style = style;
+  return p;
+}
+
 TEST_F(OpsTest, RopeBothStyles) {
   std::mt19937 rng(2);
   for (DType t : {DType::kF16, DType::kBF16})
     for (int d : {64, 128})
       for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf})
-        for (bool scaled : {false, true}) {  // linear scale and Llama 3 factors
+        for (bool scaled : {false, true}) {  // linear scale, Llama 3 factors, YaRN's factor
           const int tokens = 4, hq = 9, hkv = 3, stride = (hq + 2 * hkv) * d;  // fused QKV rows
           auto qkv = RandomRounded(rng, t, size_t(tokens) * stride, -1, 1);
           const std::vector<int32_t> pos = {0, 1, 4097, 131071};
           DeviceBuffer buf, posd;
           Upload(buf, t, qkv);
           testing::UploadInts(posd, pos);
-          RopeParams p;
-          p.dtype = t;
-          p.q = buf.get();
-          p.q_stride = stride;
-          p.k = static_cast<char*>(buf.get()) + size_t(hq) * d * 2;
-          p.k_stride = stride;
-          p.positions = posd.get<int32_t>();
-          p.tokens = tokens;
-          p.num_q_heads = hq;
-          p.num_kv_heads = hkv;
-          p.head_dim = d;
-          p.theta = 10000.f;
-          p.style = style;
+          RopeParams p = FusedQkvRope(t, buf, posd, tokens, hq, hkv, d, style, 10000.f);
           std::vector<float> factors(d / 2);
           std::uniform_real_distribution<float> u(1.f, 8.f);
           for (float& f : factors) f = u(rng);
@@ -108,6 +116,7 @@ TEST_F(OpsTest, RopeBothStyles) {
                       cudaSuccess);
             p.freq_scale = 0.25f;
             p.freq_factors = factors_d.get<float>();
+            p.attn_factor = 1.25f;
           }
           ASSERT_EQ(ApplyRope(p, nullptr), cudaSuccess) << LastLaunchError();
           auto want = qkv;
@@ -115,12 +124,52 @@ TEST_F(OpsTest, RopeBothStyles) {
             for (int h = 0; h < hq + hkv; ++h)
               ref::RopeRow(want.data() + size_t(i) * stride + h * d, d, pos[i], 10000.0,
                            style == RopeStyle::kAdjacentPairs, scaled ? 0.25 : 1.0,
-                           scaled ? factors.data() : nullptr);
+                           scaled ? factors.data() : nullptr, scaled ? 1.25 : 1.0);
           EXPECT_TRUE(AllClose(
               Cfg(style == RopeStyle::kRotateHalf ? (scaled ? "rope half scaled" : "rope half")
                                                   : (scaled ? "rope adj scaled" : "rope adj"),
                   t, d, tokens),
               Download(buf.get(), t, qkv.size()), want, Tol(t), Tol(t)));
+        }
+}
+
+// Qwen3's per-head Q/K norms fused into RoPE, with a partial rotary_dim (the tail is
+// normalised, not rotated) and K left without a norm in one case.
+TEST_F(OpsTest, RopeWithPerHeadNorms) {
+  std::mt19937 rng(3);
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (int d : {64, 128})
+      for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf})
+        for (int variant = 0; variant < 2; ++variant) {  // 1: rotary_dim d/2, no K norm
+          const int tokens = 3, hq = 16, hkv = 8, stride = (hq + 2 * hkv) * d;
+          const int rot = variant == 1 ? d / 2 : d;
+          auto qkv = RandomRounded(rng, t, size_t(tokens) * stride, -3, 3);
+          const auto qn = RandomRounded(rng, t, d, 0.5f, 1.5f);
+          const auto kn = RandomRounded(rng, t, d, 0.5f, 1.5f);
+          const std::vector<int32_t> pos = {0, 7, 40000};
+          DeviceBuffer buf, posd, qnd, knd;
+          Upload(buf, t, qkv);
+          Upload(qnd, t, qn);
+          Upload(knd, t, kn);
+          testing::UploadInts(posd, pos);
+          RopeParams p = FusedQkvRope(t, buf, posd, tokens, hq, hkv, d, style, 1000000.f);
+          p.rotary_dim = rot;
+          p.q_norm = qnd.get();
+          p.k_norm = variant == 1 ? nullptr : knd.get();
+          p.norm_eps = 1e-6f;
+          ASSERT_EQ(ApplyRope(p, nullptr), cudaSuccess) << LastLaunchError();
+          auto want = qkv;
+          for (int i = 0; i < tokens; ++i)
+            for (int h = 0; h < hq + hkv; ++h) {
+              float* row = want.data() + size_t(i) * stride + h * d;
+              const bool is_q = h < hq;
+              if (is_q || variant == 0)
+                ref::RmsNorm(row, is_q ? qn.data() : kn.data(), row, nullptr, 1, d, 1e-6f);
+              ref::RopeRow(row, rot, pos[i], 1000000.0, style == RopeStyle::kAdjacentPairs);
+            }
+          EXPECT_TRUE(AllClose(
+              Cfg(variant == 1 ? "rope+qnorm rot/2" : "rope+qknorm", t, d, static_cast<int>(style)),
+              Download(buf.get(), t, qkv.size()), want, 2 * Tol(t), 2 * Tol(t)));
         }
 }
 

@@ -1,5 +1,6 @@
 // File: kernels/cuda/rope.cuh
-// Rotary position embedding, in place on the query and key rows of a batch of tokens.
+// Rotary position embedding, in place on the query and key rows of a batch of tokens, with
+// Qwen3's per-head RMSNorm fused in front.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +36,17 @@ struct RopeParams {
   // all 1): linear RoPE scaling and Llama 3's per-frequency factors.
   float freq_scale = 1.f;
   const float* freq_factors = nullptr;
+  float attn_factor = 1.f;  // YaRN: cos and sin scaled by it
   RopeStyle style = RopeStyle::kRotateHalf;
+  // Qwen3's per-head norms: each Q (K) head RMS-normalised over its head_dim elements and scaled
+  // by q_norm (k_norm) before it is rotated (device, [head_dim] in `dtype`; null: none), with the
+  // statistics in fp32 and no rounding in between. At most kMaxNormHeads heads with a norm.
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  float norm_eps = 1e-6f;
 };
+
+inline constexpr int kMaxNormHeads = 256;
 
 // Angles are computed in double precision, so long positions (128K) keep their accuracy.
 cudaError_t ApplyRope(const RopeParams& p, cudaStream_t stream);

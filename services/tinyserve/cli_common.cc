@@ -16,6 +16,10 @@ void EngineFlags::Register(FlagSet* f) {
   f->Int("page-size", &options.page_size, "KV page size in tokens");
   f->Int64("kv-memory-mb", &options.kv_memory_mb, "KV cache pool size in MiB");
   f->Int("max-context", &options.max_context, "context limit (0: the model's)");
+  f->String("rope-scaling", &options.rope_scaling,
+            "replace the model's RoPE scaling with a JSON object as config.json's rope_scaling, "
+            "e.g. '{\"rope_type\":\"yarn\",\"factor\":4.0,"
+            "\"original_max_position_embeddings\":32768}' (YaRN: Qwen2.5 / Qwen3 past 32K)");
   f->Int("max-batch", &options.max_batch, "sequences decoded together");
   f->String("device", &options.device, "where the model runs: cpu or cuda");
   f->Int("kv-device-pages", &options.cuda_device_pages,

@@ -191,6 +191,7 @@ int RunFollowerRank(const EngineOptions& eo, int rank, int tp_size, const std::s
   if (!comm.ok()) return FailWith(std::string(comm.status().message()));
   TpFollowerOptions fo;
   fo.model_path = eo.model_path;
+  fo.rope_scaling = eo.rope_scaling;
   fo.threads = eo.threads;
   fo.loras = eo.loras;
   const absl::Status s = RunTpFollower(fo, comm->get());

@@ -14,6 +14,8 @@ tests/golden/smollm2/variants.json):
   gemma3_matches_llama_cpp       architecture gemma3: scaled embeddings, Q/K norms, post-norms,
                                  GeGLU, sliding-window layers (a window of 20 that the texts
                                  and the greedy runs cross, mid-page) beside global ones
+  qwen2_yarn_matches_llama_cpp   qwen2 with YaRN RoPE scaling from the GGUF's rope.scaling.*
+                                 keys (factor 4 over an original context of 32 tokens)
 Each: /tokenize gives llama.cpp's ids for 38 texts (digits, contractions, newlines, scripts),
 prompt logprobs over HTTP and greedy tokens over gRPC match llama.cpp's by the bounds the LoRA
 goldens use.
@@ -61,8 +63,11 @@ class VariantTest(cl.ClusterCase):
         print(f"{variant}: prompt logprobs vs llama.cpp: largest difference {worst}, mean {mean}")
         gc.check_greedy(self, r.address, out, variant, at_least=greedy_at_least)
 
+    # The two engines' rounding differs in the tail tokens of the texts by up to ~0.5 nats,
+    # depending on TinyServe's kernels: largest differences here 0.33 (AVX2), 0.44 (scalar), 0.50
+    # (AVX-512); the means stay at 0.066-0.072. Hence 0.6 (the default is 0.5).
     def test_qwen2_matches_llama_cpp(self):
-        self.check("qwen2", ": qwen2, 30 layers")
+        self.check("qwen2", ": qwen2, 30 layers", slack=0.6)
 
     def test_qwen3_matches_llama_cpp(self):
         # Random Q/K norms put the model off its training: llama.cpp's greedy tokens meet a near
@@ -82,6 +87,13 @@ class VariantTest(cl.ClusterCase):
         # sharper check of the same code is transformer_test's gemma3-tiny (transformers).
         self.check("gemma3", ": gemma3, 30 layers", greedy_at_least=24, slack=0.75,
                    mean_bound=0.2)
+
+    # Largest differences / means here: 0.58 / 0.075 (AVX2), 0.74 / 0.086 (AVX-512), 0.86 / 0.106
+    # (scalar kernels; llama.cpp's spread covers the excess). Without YaRN's attention factor:
+    # 1.73 / 0.364 and greedy tokens differ; with the ramp of an original context twice as long:
+    # 4.20 / 0.220.
+    def test_qwen2_yarn_matches_llama_cpp(self):
+        self.check("qwen2-yarn", ": qwen2, 30 layers", slack=0.6)
 
 
 if __name__ == "__main__":

@@ -1112,6 +1112,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
           "spec_tokens: speculative decoding runs on the CPU runner with one rank for now");
   }
   TS_ASSIGN_OR_RETURN(impl->source, OpenWeightSource(options.model_path));
+  TS_ASSIGN_OR_RETURN(impl->source, WithRopeScaling(std::move(impl->source), options.rope_scaling));
   TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(impl->source->tokenizer_data()));
   impl->token_table = MakeTokenTable(*impl->tok);
   for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {

@@ -51,6 +51,9 @@ struct EngineOptions {
   int cuda_device_pages = 0;     // cuda: tiered KV with this many device pages per layer (0: off)
   bool cuda_graphs = true;       // cuda: replay decode steps as CUDA graphs
   int max_context = 0;           // 0: the model's trained context
+  // Replaces the model's RoPE scaling: a rope_scaling JSON object as config.json holds it
+  // (vLLM's --rope-scaling), e.g. YaRN for Qwen2.5 / Qwen3 past 32K; empty: the model's.
+  std::string rope_scaling;
   int max_batch = 16;            // running sequences per step
   int max_step_tokens = 512;     // prefill chunk budget per step (chunked prefill)
   int max_queue = 256;           // waiting beyond free batch slots before RESOURCE_EXHAUSTED

@@ -151,7 +151,6 @@ class GgufWeightSource final : public WeightSource {
       TS_ASSIGN_OR_RETURN(c.norm_eps, md.Float("attention.layer_norm_rms_epsilon", 1e-5f));
       TS_ASSIGN_OR_RETURN(c.rope_theta, md.Float("rope.freq_base", 10000.0f));
       c.rope_style = RopeStyle::kAdjacent;
-      TS_RETURN_IF_ERROR(LoadRopeScaling(md));
     } else {
       TS_ASSIGN_OR_RETURN(c.ffn_dim, md.PositiveInt("feed_forward_length", 4 * c.dim));
       TS_ASSIGN_OR_RETURN(c.norm_eps, md.Float("attention.layer_norm_epsilon", 1e-5f));
@@ -184,6 +183,7 @@ class GgufWeightSource final : public WeightSource {
             absl::StrCat("gguf: ", md.Key("rope.dimension_count"), " = ", n,
                          " is not supported (partial RoPE; TinyServe rotates all ", c.head_dim,
                          " channels of a head)"));
+      TS_RETURN_IF_ERROR(LoadRopeScaling(md));  // after head_dim: YaRN's factors need it
     }
     if (c.vocab_size != vocab_from_tokens)
       return absl::InvalidArgumentError(absl::StrCat(
@@ -193,17 +193,42 @@ class GgufWeightSource final : public WeightSource {
     return absl::OkStatus();
   }
 
-  // rope.scaling.type: none, or linear with rope.scaling.factor; others are refused.
+  // rope.scaling.type: none, linear with rope.scaling.factor, or yarn (Qwen2.5's and Qwen3's
+  // long-context setting) as llama.cpp reads it: factor, original_context_length (default the
+  // context length), yarn_beta_fast / yarn_beta_slow (32 / 1), yarn_ext_factor (1) and
+  // attn_factor (1, times YaRN's 0.1 ln(factor) + 1); others are refused.
   absl::Status LoadRopeScaling(const MetadataReader& md) {
     const std::string key = md.Key("rope.scaling.type");
     if (file_->Find(key) == nullptr) return absl::OkStatus();
     TS_ASSIGN_OR_RETURN(const std::string type, file_->GetString(key));
     if (type == "none") return absl::OkStatus();
-    if (type != "linear")
-      return absl::InvalidArgumentError(
-          absl::StrCat("gguf: kv '", key, "' = '", type, "' is not supported (none, linear)"));
+    if (type != "linear" && type != "yarn")
+      return absl::InvalidArgumentError(absl::StrCat("gguf: kv '", key, "' = '", type,
+                                                     "' is not supported (none, linear, yarn)"));
     TS_ASSIGN_OR_RETURN(const float factor, md.Float("rope.scaling.factor", 1.0f));
-    config_.rope_freq_scale = 1.0f / factor;
+    if (type == "linear") {
+      config_.rope_freq_scale = 1.0f / factor;
+      return absl::OkStatus();
+    }
+    ModelConfig& c = config_;
+    TS_ASSIGN_OR_RETURN(const int old_ctx,
+                        md.PositiveInt("rope.scaling.original_context_length", c.max_context));
+    TS_ASSIGN_OR_RETURN(const float beta_fast, md.Float("rope.scaling.yarn_beta_fast", 32.0f));
+    TS_ASSIGN_OR_RETURN(const float beta_slow, md.Float("rope.scaling.yarn_beta_slow", 1.0f));
+    TS_ASSIGN_OR_RETURN(const float attn, md.Float("rope.scaling.attn_factor", 1.0f));
+    const std::string ext_key = md.Key("rope.scaling.yarn_ext_factor");
+    if (file_->Find(ext_key) != nullptr) {
+      TS_ASSIGN_OR_RETURN(const double e, file_->GetFloat(ext_key));
+      if (e != 1.0 && e >= 0)  // llama.cpp reads a negative value as "the default", 1
+        return absl::InvalidArgumentError(
+            absl::StrCat("gguf: kv '", ext_key, "' = ", e, " is not supported (1)"));
+    }
+    if (factor <= 1.0f) return absl::OkStatus();  // llama.cpp: no interpolation, no mscale
+    c.rope_freq_factors =
+        YarnFreqDivisors(c.head_dim, c.rope_theta, factor, old_ctx, beta_fast, beta_slow);
+    c.rope_attn_factor = static_cast<float>(attn * YarnMscale(factor));
+    // The context it extends to: the original times the factor (llama.cpp takes any -c).
+    c.max_context = std::max(c.max_context, static_cast<int>(std::lround(old_ctx * factor)));
     return absl::OkStatus();
   }
 
@@ -248,13 +273,16 @@ class GgufWeightSource final : public WeightSource {
       return absl::InvalidArgumentError(absl::StrCat("gguf: tensor 'rope_freqs.weight' is ",
                                                      std::string(GgmlTypeName(t->type)),
                                                      ", expected F32"));
-    std::vector<float>& f = config_.rope_freq_factors;
-    f.resize(half);
+    std::vector<float> f(half);
     std::memcpy(f.data(), t->data, half * sizeof(float));
     for (int64_t i = 0; i < half; ++i)
       if (!(f[i] > 0) || !std::isfinite(f[i]))
         return absl::InvalidArgumentError(absl::StrCat(
             "gguf: tensor 'rope_freqs.weight'[", i, "] = ", f[i], " must be positive and finite"));
+    // With YaRN too, llama.cpp divides the base frequency by both.
+    std::vector<float>& have = config_.rope_freq_factors;
+    for (size_t i = 0; i < have.size() && i < f.size(); ++i) f[i] *= have[i];
+    have = std::move(f);
     return absl::OkStatus();
   }
 

@@ -340,9 +340,33 @@ TEST(GgufWeightSourceTest, RopeScaling) {
     EXPECT_THAT((*r)->config().rope_freq_factors, ElementsAre(1.0f, 1.5f, 2.0f, 8.0f));
   }
   {
+    // YaRN as llama.cpp's converter writes it for Qwen2.5 / Qwen3; the divisors and attention
+    // factor are what transformers 5.25's _compute_yarn_parameters gives for head_dim 8, theta
+    // 500000, factor 4 over 256 (a GGUF attn_factor multiplies the latter, as in llama.cpp).
     GgufBuilder b = TinyLlama();
     b.AddString("llama.rope.scaling.type", "yarn");
-    ExpectOpenFails("tiny_rope_yarn.gguf", b, {"llama.rope.scaling.type", "'yarn'"});
+    b.AddF32("llama.rope.scaling.factor", 4.0f);
+    b.AddU32("llama.rope.scaling.original_context_length", 256);
+    b.AddF32("llama.rope.scaling.attn_factor", 2.0f);
+    auto r = OpenBuilt("tiny_rope_yarn.gguf", b);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const ModelConfig& c = (*r)->config();
+    EXPECT_FLOAT_EQ(c.rope_freq_scale, 1.0f);
+    EXPECT_THAT(c.rope_freq_factors, ElementsAre(1.0f, 1.6f, 4.0f, 4.0f));
+    EXPECT_NEAR(c.rope_attn_factor, 2 * 1.138629436, 1e-6);
+    EXPECT_EQ(c.max_context, 1024);  // 256 x 4 (the file says 128)
+  }
+  {
+    GgufBuilder b = TinyLlama();
+    b.AddString("llama.rope.scaling.type", "yarn");
+    b.AddF32("llama.rope.scaling.factor", 4.0f);
+    b.AddF32("llama.rope.scaling.yarn_ext_factor", 0.5f);
+    ExpectOpenFails("tiny_rope_yarn_ext.gguf", b, {"llama.rope.scaling.yarn_ext_factor", "0.5"});
+  }
+  {
+    GgufBuilder b = TinyLlama();
+    b.AddString("llama.rope.scaling.type", "longrope");
+    ExpectOpenFails("tiny_rope_longrope.gguf", b, {"llama.rope.scaling.type", "'longrope'"});
   }
   {
     GgufBuilder b = TinyLlama();

@@ -89,9 +89,10 @@ class Fields {
 };
 
 // rope_scaling (or transformers 5's rope_parameters): "default", "linear" (positions divided by
-// factor) or "llama3" (per-frequency divisors: 1 above high_freq_factor / the original context,
+// factor), "llama3" (per-frequency divisors: 1 above high_freq_factor / the original context,
 // factor below low_freq_factor / it, interpolated between; transformers'
-// _compute_llama3_parameters). c->rope_theta and head_dim must be set.
+// _compute_llama3_parameters) or "yarn" (YarnFreqDivisors and the attention factor, as
+// transformers' _compute_yarn_parameters). c->rope_theta, head_dim and max_context must be set.
 absl::Status ParseRopeScaling(const Fields& f, const char* key, const json& s, ModelConfig* c) {
   if (!s.is_object()) return f.Bad(key, s, "an object");
   const auto type_it = s.contains("rope_type") ? s.find("rope_type") : s.find("type");
@@ -111,6 +112,31 @@ absl::Status ParseRopeScaling(const Fields& f, const char* key, const json& s, M
   TS_ASSIGN_OR_RETURN(const double factor, number("factor", std::nullopt));
   if (type == "linear") {
     c->rope_freq_scale = static_cast<float>(1.0 / factor);
+    return absl::OkStatus();
+  }
+  if (type == "yarn") {
+    TS_ASSIGN_OR_RETURN(const double old_ctx,
+                        number("original_max_position_embeddings", c->max_context));
+    TS_ASSIGN_OR_RETURN(const double beta_fast, number("beta_fast", 32.0));
+    TS_ASSIGN_OR_RETURN(const double beta_slow, number("beta_slow", 1.0));
+    const auto truncate = s.find("truncate");
+    if (truncate != s.end() && !truncate->is_boolean())
+      return f.Bad(key, s, "an object whose truncate is a boolean");
+    c->rope_freq_factors =
+        YarnFreqDivisors(c->head_dim, c->rope_theta, factor, old_ctx, beta_fast, beta_slow,
+                         truncate == s.end() || truncate->get<bool>());
+    // attention_factor, else from mscale / mscale_all_dim (DeepSeek's), else 0.1 ln(factor) + 1.
+    double attn = YarnMscale(factor);
+    if (s.contains("attention_factor") && !s["attention_factor"].is_null()) {
+      TS_ASSIGN_OR_RETURN(attn, number("attention_factor", std::nullopt));
+    } else if (s.contains("mscale") && s.contains("mscale_all_dim")) {
+      TS_ASSIGN_OR_RETURN(const double m, number("mscale", std::nullopt));
+      TS_ASSIGN_OR_RETURN(const double m_all, number("mscale_all_dim", std::nullopt));
+      attn = YarnMscale(factor, m) / YarnMscale(factor, m_all);
+    }
+    c->rope_attn_factor = static_cast<float>(attn);
+    // The context it extends to (vLLM's rule): the original times the factor.
+    c->max_context = std::max(c->max_context, static_cast<int>(std::lround(old_ctx * factor)));
     return absl::OkStatus();
   }
   if (type != "llama3") return f.Unsupported(key, s);
@@ -315,6 +341,20 @@ absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text, const std:
                      "' is not supported (llama, qwen2, qwen3, gemma3_text, gpt2)"));
   }
   return c;
+}
+
+absl::Status ApplyRopeScaling(std::string_view json_text, const std::string& label,
+                              ModelConfig* c) {
+  json doc;
+  doc["rope_scaling"] = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  const Fields f(doc, label);
+  if (doc["rope_scaling"].is_discarded())
+    return absl::InvalidArgumentError(
+        absl::StrCat("config '", label, "': not a JSON object: ", std::string(json_text)));
+  c->rope_freq_scale = 1.0f;
+  c->rope_freq_factors.clear();
+  c->rope_attn_factor = 1.0f;
+  return ParseRopeScaling(f, "rope_scaling", doc["rope_scaling"], c);
 }
 
 absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path) {

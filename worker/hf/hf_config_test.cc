@@ -78,10 +78,56 @@ TEST(HfConfigTest, LlamaRopeParameters) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
 
-  c = ParseHfConfig(With(kLlama, "rope_parameters", R"({"rope_type": "yarn", "factor": 4})"),
+  c = ParseHfConfig(With(kLlama, "rope_parameters", R"({"rope_type": "dynamic", "factor": 4})"),
                     "config.json");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(c.status().message(), HasSubstr("field 'rope_parameters'"));
+}
+
+// YaRN against the divisors and attention factors transformers 5.25's _compute_yarn_parameters
+// gives for the same settings (base inv_freq / yarn inv_freq, printed there).
+TEST(HfConfigTest, RopeScalingYarn) {
+  // Qwen3-0.6B's shape with its model card's setting for 128K.
+  std::string qwen3 = With(kLlama, "model_type", R"("qwen3")");
+  qwen3 = With(qwen3.c_str(), "head_dim", "128");
+  qwen3 = With(qwen3.c_str(), "max_position_embeddings", "40960");
+  auto c = ParseHfConfig(With(qwen3.c_str(), "rope_parameters",
+                              R"({"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+               "original_max_position_embeddings": 32768})"),
+                         "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->rope_freq_factors.size(), 64u);
+  EXPECT_FLOAT_EQ(c->rope_freq_scale, 1.0f);
+  EXPECT_NEAR(c->rope_attn_factor, 1.138629436, 1e-6);
+  const std::vector<std::pair<int, float>> want = {{0, 1.0f},       {23, 1.0f},   {24, 1.046154f},
+                                                   {30, 1.446809f}, {35, 2.125f}, {39, 3.4f},
+                                                   {40, 4.0f},      {63, 4.0f}};
+  for (const auto& [i, f] : want) EXPECT_NEAR(c->rope_freq_factors[i], f, 2e-6 * f) << i;
+  EXPECT_EQ(c->max_context, 131072);  // 32768 x 4, as vLLM derives it
+
+  // The same in rope_scaling ("type" spelling); DeepSeek's mscale / mscale_all_dim and betas.
+  auto d = ParseHfConfig(With(With(kLlama, "rope_theta", "10000").c_str(), "rope_scaling",
+                              R"({"type": "yarn", "factor": 8.0, "beta_fast": 16,
+                                  "beta_slow": 2, "mscale": 1.0, "mscale_all_dim": 0.5,
+                                  "original_max_position_embeddings": 1024})"),
+                         "config.json");
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->rope_freq_factors.size(), 32u);  // kLlama: head_dim 64
+  EXPECT_NEAR(d->rope_attn_factor, 1.094179988, 1e-6);
+  const std::vector<std::pair<int, float>> want2 = {
+      {8, 1.0f}, {9, 1.122807f}, {12, 1.777778f}, {15, 4.266666f}, {16, 8.0f}, {31, 8.0f}};
+  for (const auto& [i, f] : want2) EXPECT_NEAR(d->rope_freq_factors[i], f, 2e-6 * f) << i;
+
+  // An explicit attention_factor wins; a wrong field is named.
+  auto e = ParseHfConfig(With(kLlama, "rope_scaling",
+                              R"({"rope_type": "yarn", "factor": 2, "attention_factor": 1.5})"),
+                         "config.json");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_FLOAT_EQ(e->rope_attn_factor, 1.5f);
+  e = ParseHfConfig(With(kLlama, "rope_scaling", R"({"rope_type": "yarn", "factor": -2})"),
+                    "config.json");
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.status().message(), HasSubstr("factor"));
 }
 
 TEST(HfConfigTest, RopeScaling) {

@@ -3,6 +3,7 @@
 // config.json.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -42,8 +43,11 @@ struct ModelConfig {
   // Channel pair i turns by pos * rope_freq_scale * theta^(-2i/head_dim) / rope_freq_factors[i]:
   // linear scaling (GGUF rope.scaling.type "linear") and Llama 3's per-frequency factors (GGUF
   // tensor rope_freqs.weight, or config.json rope_scaling "llama3"); empty factors are all 1.
+  // YaRN (rope scaling "yarn") is per-pair factors (YarnFreqDivisors) plus rope_attn_factor:
+  // every rotated pair's cos and sin are scaled by it, so q·k by its square.
   float rope_freq_scale = 1.0f;
   std::vector<float> rope_freq_factors;
+  float rope_attn_factor = 1.0f;
   RopeStyle rope_style = RopeStyle::kAdjacent;
   // Qwen3: each Q and K head RMS-normalized (weights attn_q_norm / attn_k_norm, [head_dim])
   // before RoPE.
@@ -82,6 +86,35 @@ inline const char* ArchName(Arch arch) {
       return "gpt2";
   }
   return "unknown";
+}
+
+// YaRN's per-pair divisors for rope_freq_factors (transformers' _compute_yarn_parameters,
+// llama.cpp's rope_yarn with ext_factor 1): pair i's frequency blends the base frequency
+// (extrapolation) and the base divided by `factor` (interpolation) by a linear ramp over the
+// pairs between the correction dims of beta_fast and beta_slow rotations in the original
+// context (floored and ceiled when `truncate`, as both do by default).
+inline std::vector<float> YarnFreqDivisors(int rot_dim, double theta, double factor,
+                                           double original_context, double beta_fast = 32,
+                                           double beta_slow = 1, bool truncate = true) {
+  auto corr_dim = [&](double rotations) {
+    return rot_dim * std::log(original_context / (rotations * 2 * M_PI)) / (2 * std::log(theta));
+  };
+  double low = corr_dim(beta_fast), high = corr_dim(beta_slow);
+  if (truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, rot_dim - 1.0);
+  std::vector<float> divisors(rot_dim / 2);
+  for (int i = 0; i < rot_dim / 2; ++i) {
+    const double ramp = std::clamp((i - low) / std::max(high - low, 0.001), 0.0, 1.0);
+    const double extrapolation = 1.0 - ramp;  // the share of the unscaled frequency
+    divisors[i] = static_cast<float>(1.0 / (extrapolation + (1.0 - extrapolation) / factor));
+  }
+  return divisors;
+}
+
+// YaRN's default attention factor (the scale on cos and sin): 0.1 * mscale * ln(factor) + 1.
+inline double YarnMscale(double factor, double mscale = 1.0) {
+  return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
 }
 
 // The architecture's name: the variant's ("qwen2", "gemma3", ...) when it has one.

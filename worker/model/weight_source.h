@@ -61,6 +61,12 @@ class WeightSource {
 // A missing path is NotFound naming it; anything malformed is InvalidArgument naming what.
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenWeightSource(const std::string& path);
 
+// `source` with its RoPE scaling replaced by a rope_scaling JSON object (ApplyRopeScaling in
+// worker/hf/hf_config.h; the --rope-scaling flag): InvalidArgument naming the setting when it
+// does not parse, Unimplemented for a scaling TinyServe does not run or a model without RoPE.
+absl::StatusOr<std::unique_ptr<WeightSource>> WithRopeScaling(std::unique_ptr<WeightSource> source,
+                                                              const std::string& rope_scaling_json);
+
 // GGUF: model config and tokenizer data from the metadata.
 absl::StatusOr<std::unique_ptr<WeightSource>> OpenGgufWeightSource(const std::string& path);
 // Hugging Face folder (worker/hf).

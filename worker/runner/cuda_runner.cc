@@ -57,6 +57,7 @@ cuda::DeviceModelConfig MakeDeviceConfig(const ModelConfig& c, int page_size, in
   d.rope_adjacent = c.rope_style == RopeStyle::kAdjacent;
   d.rope_freq_scale = c.rope_freq_scale;
   d.rope_freq_factors = c.rope_freq_factors;
+  d.rope_attn_factor = c.rope_attn_factor;
   d.page_size = page_size;
   d.num_pages = static_cast<int>(num_pages);
   d.max_pages_per_seq = (max_context + page_size - 1) / page_size;
@@ -79,9 +80,6 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSourc
     return absl::UnimplementedError(
         absl::StrCat("--device cuda: ", ArchName(c),
                      " (post-norms, GeGLU, sliding-window attention) is CPU-only"));
-  if (c.qk_norm)
-    return absl::UnimplementedError(
-        absl::StrCat("--device cuda: ", ArchName(c), "'s per-head Q/K norms are CPU-only"));
   if (source.Has("blk.0.attn_output.bias"))
     return absl::UnimplementedError(
         "--device cuda: an output projection bias (blk.0.attn_output.bias) is not supported");
@@ -92,6 +90,7 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSourc
   const int max_context = o.max_context > 0 ? std::min(o.max_context, c.max_context) : c.max_context;
   cuda::DeviceModelConfig d = MakeDeviceConfig(c, o.page_size, o.num_pages, max_context);
   d.qkv_bias = source.Has("blk.0.attn_q.bias");
+  d.qk_norm = c.qk_norm;
   d.max_batch = o.max_batch;
   d.max_tokens = std::max(o.max_tokens, o.max_batch);
   d.device_pages = o.device_pages;
@@ -141,6 +140,10 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const WeightSourc
       TS_RETURN_IF_ERROR(upload(S::kBq, l, blk("attn_q.bias"), 1, qd));
       TS_RETURN_IF_ERROR(upload(S::kBk, l, blk("attn_k.bias"), 1, kd));
       TS_RETURN_IF_ERROR(upload(S::kBv, l, blk("attn_v.bias"), 1, kd));
+    }
+    if (d.qk_norm) {
+      TS_RETURN_IF_ERROR(upload(S::kQNorm, l, blk("attn_q_norm.weight"), 1, c.head_dim));
+      TS_RETURN_IF_ERROR(upload(S::kKNorm, l, blk("attn_k_norm.weight"), 1, c.head_dim));
     }
     TS_RETURN_IF_ERROR(upload(S::kWo, l, blk("attn_output.weight"), D, qd));
     TS_RETURN_IF_ERROR(upload(S::kFfnNorm, l, blk("ffn_norm.weight"), 1, D));

@@ -4,8 +4,8 @@
 // step, then batched decode steps with CUDA graphs; Quest with a budget covering the context
 // equals dense; Quest with a small budget attends fewer pages and reports them per sequence;
 // the tiered KV cache gives the same logits as the all-device cache. Both RoPE styles (GGUF's
-// adjacent pairs and Hugging Face's rotate-half), and Qwen2's shape (Q/K/V biases; RoPE with
-// Llama 3 factors and a linear scale). Skips without a GPU.
+// adjacent pairs and Hugging Face's rotate-half), Qwen2's shape (Q/K/V biases; RoPE with
+// Llama 3 factors and a linear scale) and Qwen3's (per-head Q/K norms). Skips without a GPU.
 #include "worker/runner/cuda_runner.h"
 
 #include <cmath>
@@ -84,6 +84,24 @@ class RandomLlama : public WeightSource {
     c_.rope_freq_factors.resize(c_.head_dim / 2);
     for (float& x : c_.rope_freq_factors) x = f(rng);
     c_.rope_freq_scale = 0.5f;
+    c_.rope_attn_factor = 1.1f;  // YaRN's cos/sin scale
+  }
+  // Qwen3's shape: no biases, per-head Q/K RMSNorms before RoPE, theta 1e6, eps 1e-6.
+  void MakeQwen3Like(uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(0.5f, 1.5f);
+    c_.variant = "qwen3";
+    c_.qk_norm = true;
+    c_.rope_theta = 1000000.f;
+    c_.norm_eps = 1e-6f;
+    for (int l = 0; l < c_.n_layers; ++l)
+      for (const char* name : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
+        const std::string key = "blk." + std::to_string(l) + "." + name;
+        std::vector<float>& v = data_[key];
+        v.resize(c_.head_dim);
+        for (float& x : v) x = Fp16ToFloat(FloatToFp16(u(rng)));
+        shapes_[key] = {c_.head_dim};
+      }
   }
   const TokenizerData& tokenizer_data() const override { return tok_; }
   absl::StatusOr<TensorRef> Get(const std::string& name) const override {
@@ -213,9 +231,11 @@ int Argmax(const std::vector<float>& v, size_t row, int vocab) {
 }
 
 TEST(CudaRunner, MatchesTheCpuRunnerOnMixedAndDecodeSteps) {
-  for (int variant = 0; variant < 3; ++variant) {  // adjacent, rotate-half, Qwen2-like
+  // adjacent, rotate-half, Qwen2-like, Qwen3-like
+  for (int variant = 0; variant < 4; ++variant) {
     RandomLlama src(variant == 0 ? RopeStyle::kAdjacent : RopeStyle::kRotateHalf, 5);
     if (variant == 2) src.MakeQwenLike(6);
+    if (variant == 3) src.MakeQwen3Like(8);
     auto cuda = MakeCuda(src);
     if (!cuda) GTEST_SKIP() << "no CUDA device";
     auto cpu = TransformerRunner::Create(src, RunnerOptions());

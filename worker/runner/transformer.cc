@@ -223,7 +223,7 @@ absl::StatusOr<std::unique_ptr<TransformerRunner>> TransformerRunner::Create(
   const int max_pos = options.max_positions > 0 ? options.max_positions : c.max_context;
   if (c.rope_style != RopeStyle::kNone)
     r->rope_ = std::make_unique<RopeTable>(c.head_dim, max_pos, c.rope_theta, c.rope_freq_scale,
-                                           c.rope_freq_factors);
+                                           c.rope_freq_factors, c.rope_attn_factor);
   if (c.rope_style != RopeStyle::kNone && c.sliding_window > 0)
     r->rope_swa_ = std::make_unique<RopeTable>(c.head_dim, max_pos, c.rope_theta_swa);
   return r;

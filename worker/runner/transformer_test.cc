@@ -110,6 +110,41 @@ TEST(TransformerRunner, MatchesTransformersOnRandomHfModels) {
   }
 }
 
+// --rope-scaling: YaRN put on qwen3-tiny at run time gives the config qwen3-tiny-yarn's
+// config.json gives (whose logits match transformers' in the test above); bad settings are
+// refused by name.
+TEST(TransformerRunner, RopeScalingOverrideMatchesTheConfigFile) {
+  if (TestModels().empty()) GTEST_SKIP() << "TINYSERVE_TEST_MODELS is not set (CTest fixture)";
+  auto yarn = OpenWeightSource(TestModels() + "/qwen3-tiny-yarn");
+  ASSERT_TRUE(yarn.ok()) << yarn.status();
+  auto plain = OpenWeightSource(TestModels() + "/qwen3-tiny");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE((*plain)->config().rope_freq_factors.empty());
+  auto over = WithRopeScaling(
+      std::move(*plain),
+      R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16})");
+  ASSERT_TRUE(over.ok()) << over.status();
+  const ModelConfig &a = (*over)->config(), &b = (*yarn)->config();
+  ASSERT_FALSE(b.rope_freq_factors.empty());
+  EXPECT_EQ(a.rope_freq_factors, b.rope_freq_factors);
+  EXPECT_EQ(a.rope_attn_factor, b.rope_attn_factor);
+  EXPECT_GT(a.rope_attn_factor, 1.1f);
+  EXPECT_EQ(a.max_context, b.max_context);
+  EXPECT_TRUE((*over)->Has("model.embed_tokens.weight") || (*over)->Has("token_embd.weight"));
+  auto runner = TransformerRunner::Create(**over, RunnerOptions());
+  ASSERT_TRUE(runner.ok()) << runner.status();
+
+  auto again = OpenWeightSource(TestModels() + "/qwen3-tiny");
+  ASSERT_TRUE(again.ok());
+  auto bad = WithRopeScaling(std::move(*again), "{\"rope_type\": \"yarn\"");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("rope_scaling"), std::string::npos) << bad.status();
+  auto gpt2 = OpenWeightSource(TestModels() + "/gpt2-tiny");
+  ASSERT_TRUE(gpt2.ok());
+  auto none = WithRopeScaling(std::move(*gpt2), R"({"rope_type": "linear", "factor": 2})");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented) << none.status();
+}
+
 // Sliding windows that start inside int8 pages (sealed and still filling): the logits follow
 // the fp16 cache's within int8's rounding (a window that read the wrong slots would not).
 TEST(TransformerRunner, SlidingWindowsOverInt8PagesFollowFp16) {

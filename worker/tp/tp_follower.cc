@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<TpFollower>> TpFollower::Create(const TpFollowerO
   auto st = std::make_unique<State>();
   st->comm = comm;
   TS_ASSIGN_OR_RETURN(st->source, OpenWeightSource(options.model_path));
+  TS_ASSIGN_OR_RETURN(st->source, WithRopeScaling(std::move(st->source), options.rope_scaling));
   st->pool = std::make_unique<ThreadPool>(std::max(1, options.threads));
   RunnerOptions ro;
   ro.rank = comm->rank();

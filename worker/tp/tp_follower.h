@@ -27,6 +27,7 @@ namespace tinyserve {
 
 struct TpFollowerOptions {
   std::string model_path;
+  std::string rope_scaling;  // as rank 0's EngineOptions::rope_scaling
   int threads = 1;
   std::vector<LoraModule> loras;  // as rank 0's EngineOptions::loras
 };

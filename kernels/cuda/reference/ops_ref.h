@@ -70,12 +70,13 @@ inline void LayerNorm(const float* x, const float* w, const float* b, float* out
 // In place on one head row x[d]; adjacent = (2i, 2i+1) pairs, else (i, i + rot/2). Pair i's
 // angle is scaled by freq_scale and divided by factors[i] when factors is given.
 inline void RopeRow(float* x, int rot, int pos, double theta, bool adjacent,
-                    double freq_scale = 1.0, const float* factors = nullptr) {
+                    double freq_scale = 1.0, const float* factors = nullptr,
+                    double attn_factor = 1.0) {
   const int half = rot / 2;
   for (int i = 0; i < half; ++i) {
     const double ang =
         pos * freq_scale * std::pow(theta, -2.0 * i / rot) / (factors ? factors[i] : 1.0);
-    const double c = std::cos(ang), s = std::sin(ang);
+    const double c = attn_factor * std::cos(ang), s = attn_factor * std::sin(ang);
     const int i0 = adjacent ? 2 * i : i, i1 = adjacent ? 2 * i + 1 : i + half;
     const double x0 = x[i0], x1 = x[i1];
     x[i0] = float(x0 * c - x1 * s);
