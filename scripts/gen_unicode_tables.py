@@ -9,6 +9,16 @@ and Hugging Face tokenizers (Oniguruma) define them:
          minus U+001C..U+001F, which isspace() counts (bidi class B/S) but White_Space does not.
 Each class is written as sorted, inclusive, non-overlapping [first, last] ranges.
 
+And the data of Unicode normalization form C (NFC, Qwen2's tokenizer.json normalizer):
+  kNfcUnstable     ranges of the code points after which NFC may change the text (NFC_Quick_Check
+                   not Yes, a nonzero canonical combining class, or the second of a composition);
+                   text without any is already NFC
+  kCombiningClass  [first, last, class] ranges of nonzero canonical combining classes
+  kDecomposition   code point -> its canonical decomposition (one or two code points; applied
+                   recursively), Hangul syllables excluded (algorithmic)
+  kComposition     (first, second) -> primary composite, sorted, composition exclusions and
+                   singletons left out (derived: the pair's NFC is the composite)
+
 Usage: python3 scripts/gen_unicode_tables.py [output]   (default: worker/tokenizer/unicode_tables.inc)
 """
 import os
@@ -56,6 +66,47 @@ def emit(name, rs):
     return "\n".join(lines)
 
 
+def nfc_tables():
+    ccc, decomp, comp, unstable = [], [], [], set()
+    for cp in range(MAX_CODEPOINT + 1):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        ch = chr(cp)
+        c = unicodedata.combining(ch)
+        if c:
+            if ccc and ccc[-1][1] == cp - 1 and ccc[-1][2] == c:
+                ccc[-1][1] = cp
+            else:
+                ccc.append([cp, cp, c])
+            unstable.add(cp)
+        if not unicodedata.is_normalized("NFC", ch):
+            unstable.add(cp)
+        d = unicodedata.decomposition(ch)
+        if not d or d.startswith("<") or 0xAC00 <= cp <= 0xD7A3:
+            continue
+        parts = [int(x, 16) for x in d.split()]
+        assert len(parts) in (1, 2), (hex(cp), parts)
+        decomp.append((cp, parts[0], parts[1] if len(parts) == 2 else 0))
+        if len(parts) == 2 and unicodedata.normalize("NFC", chr(parts[0]) + chr(parts[1])) == ch:
+            comp.append((parts[0], parts[1], cp))
+            unstable.add(parts[1])
+    comp.sort()
+    # Hangul vowels and trailing consonants join the syllable before them (algorithmically).
+    unstable.update(range(0x1161, 0x1161 + 21))
+    unstable.update(range(0x11A8, 0x11A7 + 28))
+    unstable_ranges = ranges(lambda cp: cp in unstable)
+    return ccc, decomp, comp, unstable_ranges
+
+
+def emit_rows(name, ctype, rows, per_line):
+    lines = [f"inline constexpr {ctype} {name}[] = {{"]
+    for i in range(0, len(rows), per_line):
+        lines.append("    " + " ".join(
+            "{" + ", ".join(f"0x{v:X}" for v in r) + "}," for r in rows[i:i + per_line]))
+    lines.append("};")
+    return "\n".join(lines)
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "worker/tokenizer/unicode_tables.inc")
@@ -69,6 +120,17 @@ def main():
         emit("kNumberRanges", ranges(is_number)),
         "",
         emit("kWhitespaceRanges", ranges(is_whitespace)),
+        "",
+    ]
+    ccc, decomp, comp, unstable = nfc_tables()
+    parts += [
+        emit("kNfcUnstable", unstable),
+        "",
+        emit_rows("kCombiningClass", "CombiningClassRange", ccc, 4),
+        "",
+        emit_rows("kDecomposition", "Decomposition", decomp, 4),
+        "",
+        emit_rows("kComposition", "Composition", comp, 4),
         "",
     ]
     with open(out, "w") as f:

@@ -58,6 +58,19 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import make_test_models  # noqa: E402
 
 SEQ_LENGTHS = [8, 17, 40]
+# Text NFC changes (decomposed accents, singletons, Hangul jamo, marks out of canonical order, a
+# composition exclusion, Greek with three marks) and text it keeps.
+NFC_TEXTS = [
+    "Cafe\u0301 de\u0301ja\u0300 vu",
+    "\u212b for \u00c5, \u2126 for \u03a9",
+    "\u1100\u1161\u11a8 and \u1100\u1161 jamo",
+    "q\u0307\u0323 e\u0301\u0327 a\u0328\u0301",
+    "\u0958 and \u0915\u093c",
+    "\u03b1\u0313\u0301\u0345 \u1e9b\u0323",
+    "\u0041\u030a\u0301 x\u0301\u0301",
+    "already NFC: \u00e9 \u00fc \u00f1 \ufb01 \U0001f44d\U0001f3fd",
+    "<|endoftext|>e\u0301<|endoftext|>\u0301",
+]
 TOKENIZER_TEXTS = [
     "the cat is on the mat",
     "Hello, world! It's 2024.",
@@ -135,6 +148,14 @@ def main():
         "file": "tokenizer.json",
         "cases": [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids}
                   for t in TOKENIZER_TEXTS],
+    }
+    # Qwen's NFC normalizer (qwen3-tiny-yarn's tokenizer.json): tokenizers' own NFC and ids.
+    nfc = tokenizers.Tokenizer.from_file(os.path.join(args.models_dir, "qwen3-tiny-yarn",
+                                                      "tokenizer.json"))
+    manifest["tokenizer_nfc"] = {
+        "model": "qwen3-tiny-yarn",
+        "cases": [{"text": t, "normalized": tokenizers.normalizers.NFC().normalize_str(t),
+                   "ids": nfc.encode(t, add_special_tokens=False).ids} for t in NFC_TEXTS],
     }
     text = json.dumps(manifest, indent=1, ensure_ascii=False)
     # Keep lists of numbers on one line.

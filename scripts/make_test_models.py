@@ -20,7 +20,8 @@ Models (one folder each, with config.json, tokenizer.json and tokenizer_config.j
                         32 over hidden 64), no biases, tied embeddings, F32.
   qwen3-tiny-yarn       qwen3-tiny's shapes (other weights) with rope_scaling "yarn" (factor 4 over an
                         original context of 16, as Qwen3's model card sets it for 128K: the pairs
-                        fall on both sides of the ramp and one on it; attention factor 1.139).
+                        fall on both sides of the ramp and one on it; attention factor 1.139), and
+                        the NFC normalizer in its tokenizer.json, as Qwen's have it.
   gemma3-tiny           gemma3_text (Gemma3ForCausalLM), 3 layers: sliding (window 8), full,
                         sliding; heads of 32 over hidden 64, Q/K norms, post-norms, GeGLU,
                         query_pre_attn_scalar 24, rope_theta 1e6 with linear scaling (factor 2,
@@ -91,7 +92,7 @@ VOCAB_SIZE = len(VOCAB)  # 272
 EOT_ID = VOCAB[EOT]      # 271
 
 
-def tokenizer_json():
+def tokenizer_json(normalizer=None):
     doc = {
         "version": "1.0",
         "truncation": None,
@@ -100,7 +101,7 @@ def tokenizer_json():
             "id": EOT_ID, "content": EOT, "single_word": False, "lstrip": False,
             "rstrip": False, "normalized": False, "special": True,
         }],
-        "normalizer": None,
+        "normalizer": normalizer,
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                           "use_regex": True},
         "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
@@ -399,7 +400,8 @@ def all_models():
         "config.json": json_bytes(qwen3_yarn),
         "model.safetensors": safetensors_bytes(
             llama_tensors(seed=10, tied=True, head_dim=32, qk_norm=True), "F32"),
-        **common}
+        **common,
+        "tokenizer.json": tokenizer_json(normalizer={"type": "NFC"})}  # as Qwen's tokenizer.json
 
     # Gemma 3: a window of 8 that the 17- and 40-token sequences cross (mid-page), one full
     # layer between two sliding ones.

@@ -1,5 +1,6 @@
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #if defined(__x86_64__)
@@ -151,20 +152,30 @@ namespace tinyserve {
 
 RopeTable::RopeTable(int head_dim, int max_pos, float theta, float freq_scale,
                      const std::vector<float>& freq_factors, float attn_factor)
-    : head_dim_(head_dim), max_pos_(max_pos) {
+    : head_dim_(head_dim), max_pos_(max_pos), attn_factor_(attn_factor) {
   const int half = head_dim / 2;
-  cos_.resize(static_cast<size_t>(max_pos) * half);
-  sin_.resize(cos_.size());
+  freq_.resize(half);
   for (int i = 0; i < half; ++i) {
     const double factor = freq_factors.empty() ? 1.0 : freq_factors[i];
-    const double freq =
-        freq_scale * std::pow(static_cast<double>(theta), -2.0 * i / head_dim) / factor;
-    for (int p = 0; p < max_pos; ++p) {
-      const double a = p * freq;
-      cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(attn_factor * std::cos(a));
-      sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(attn_factor * std::sin(a));
-    }
+    freq_[i] = freq_scale * std::pow(static_cast<double>(theta), -2.0 * i / head_dim) / factor;
   }
+  Reserve(std::min(max_pos, 4096));
+}
+
+void RopeTable::Reserve(int64_t n) {
+  n = std::min<int64_t>(n, max_pos_);
+  if (n <= reserved_) return;
+  n = std::min<int64_t>(std::max(n, reserved_ + reserved_ / 2), max_pos_);
+  const size_t half = freq_.size();
+  cos_.resize(static_cast<size_t>(n) * half);
+  sin_.resize(cos_.size());
+  for (int64_t p = reserved_; p < n; ++p)
+    for (size_t i = 0; i < half; ++i) {
+      const double a = p * freq_[i];
+      cos_[p * half + i] = static_cast<float>(attn_factor_ * std::cos(a));
+      sin_[p * half + i] = static_cast<float>(attn_factor_ * std::sin(a));
+    }
+  reserved_ = n;
 }
 
 void RopeTable::Apply(float* x, int64_t pos, bool adjacent) const {

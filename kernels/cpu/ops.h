@@ -30,8 +30,9 @@ void AddInPlace(float* y, const float* x, int n);
 
 namespace tinyserve {
 
-// cos/sin of every (position, pair) for positions [0, max_pos): RoPE without transcendental
-// calls on the hot path.
+// cos/sin of every (position, pair) for positions [0, reserved): RoPE without transcendental
+// calls on the hot path. The table grows with the positions used (Reserve), so a model whose
+// context is far longer than any sequence it runs (or a corrupt context length) costs nothing.
 class RopeTable {
  public:
   // Pair i turns by pos * freq_scale * theta^(-2i/head_dim) / freq_factors[i] (factors empty:
@@ -39,12 +40,18 @@ class RopeTable {
   RopeTable(int head_dim, int max_pos, float theta, float freq_scale = 1.0f,
             const std::vector<float>& freq_factors = {}, float attn_factor = 1.0f);
   int max_pos() const { return max_pos_; }
-  // Rotates x [head_dim] in place for pos < max_pos (see ApplyRope for the pairing).
+  // Makes positions [0, n) available (n <= max_pos), growing the table by at least half; not
+  // safe to call while another thread is in Apply.
+  void Reserve(int64_t n);
+  // Rotates x [head_dim] in place for pos < the reserved size (see ApplyRope for the pairing).
   void Apply(float* x, int64_t pos, bool adjacent) const;
 
  private:
   int head_dim_, max_pos_;
-  std::vector<float> cos_, sin_;  // [max_pos][head_dim / 2]
+  float attn_factor_;
+  std::vector<double> freq_;  // [head_dim / 2] radians per position
+  int64_t reserved_ = 0;
+  std::vector<float> cos_, sin_;  // [reserved][head_dim / 2]
 };
 
 }  // namespace tinyserve

@@ -1,5 +1,6 @@
-// The vectorized elementwise ops (RmsNorm, SwiGlu, fp16 rows and boxes) against plain-loop and
-// double-precision references; ctest also runs it with TINYSERVE_ATTENTION_ISA=scalar.
+// The vectorized elementwise ops (RmsNorm, SwiGlu, fp16 rows and boxes) and the RoPE table
+// against plain-loop and double-precision references; ctest also runs it with
+// TINYSERVE_ATTENTION_ISA=scalar.
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
@@ -19,6 +20,33 @@ namespace {
 
 // Sizes around the 8-lane vectors: empty, tails only, whole vectors, vectors plus a tail.
 constexpr int kSizes[] = {0, 1, 7, 8, 9, 64, 576, 1539};
+
+// The table grows with the positions reserved and gives, at every position, the rotation of a
+// double-precision reference (with YaRN's scale on cos and sin); the first reservation does not
+// cover the model's whole context.
+TEST(RopeTable, GrowsOnDemandAndMatchesTheFormula) {
+  const int d = 8, max_pos = 1 << 30;  // a context no table could hold up front
+  const std::vector<float> factors = {1.0f, 1.5f, 4.0f, 4.0f};
+  RopeTable t(d, max_pos, 10000.0f, 0.5f, factors, 1.25f);
+  EXPECT_EQ(t.max_pos(), max_pos);
+  for (int64_t pos : {int64_t{0}, int64_t{5}, int64_t{4095}, int64_t{4096}, int64_t{100000}}) {
+    t.Reserve(pos + 1);
+    for (bool adjacent : {false, true}) {
+      float x[d] = {1, -2, 3, 0.5f, -1, 2, 0.25f, 4};
+      double want[d];
+      for (int i = 0; i < d; ++i) want[i] = x[i];
+      for (int i = 0; i < d / 2; ++i) {
+        const double a = pos * 0.5 * std::pow(10000.0, -2.0 * i / d) / factors[i];
+        const int i0 = adjacent ? 2 * i : i, i1 = adjacent ? 2 * i + 1 : i + d / 2;
+        const double x0 = x[i0], x1 = x[i1];
+        want[i0] = 1.25 * (x0 * std::cos(a) - x1 * std::sin(a));
+        want[i1] = 1.25 * (x0 * std::sin(a) + x1 * std::cos(a));
+      }
+      t.Apply(x, pos, adjacent);
+      for (int i = 0; i < d; ++i) EXPECT_NEAR(x[i], want[i], 2e-6 * 8) << pos << " " << i;
+    }
+  }
+}
 
 TEST(RmsNorm, MatchesDoubleReference) {
   std::mt19937 rng(1);

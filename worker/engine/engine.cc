@@ -1153,7 +1153,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     co.num_pages = n_pages;
     co.max_batch = options.max_batch;
     co.max_tokens = std::max(options.max_step_tokens, options.max_batch);
-    co.max_context = impl->max_context;
+    // Page tables cover what the pool can hold (the context is capped to it below).
+    co.max_context =
+        static_cast<int>(std::min<int64_t>(impl->max_context, n_pages * options.page_size));
     co.device_pages = options.cuda_device_pages;
     co.resident_layers = options.default_selection.dense_layers;
     co.cuda_graphs = options.cuda_graphs;

@@ -17,6 +17,7 @@
 #include "worker/hf/safetensors.h"
 #include "worker/hf/safetensors_test_util.h"
 #include "worker/model/weight_source.h"
+#include "worker/tokenizer/unicode.h"
 
 namespace tinyserve {
 namespace {
@@ -282,6 +283,35 @@ TEST_F(HfWeightSourceTest, TokenizerMatchesHfTokenizers) {
               c.at("ids").get<std::vector<int32_t>>())
         << text;
   }
+}
+
+// Qwen's NFC normalizer (qwen3-tiny-yarn's tokenizer.json): the normalized text and the ids
+// are those of the `tokenizers` library (its own Unicode normalization); without the
+// normalizer some ids differ, so the cases exercise it.
+TEST_F(HfWeightSourceTest, NfcNormalizerMatchesHfTokenizers) {
+  auto src = Open("qwen3-tiny-yarn");
+  ASSERT_NE(src, nullptr);
+  ASSERT_TRUE(src->tokenizer_data().normalize_nfc);
+  auto tok = Tokenizer::Create(src->tokenizer_data());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  TokenizerData plain_data = src->tokenizer_data();
+  plain_data.normalize_nfc = false;
+  auto plain = Tokenizer::Create(std::move(plain_data));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::ifstream in("tests/golden/hf/manifest.json");
+  ASSERT_TRUE(in) << "run from the source root";
+  const nlohmann::json manifest = nlohmann::json::parse(in);
+  int differ = 0;
+  for (const auto& c : manifest.at("tokenizer_nfc").at("cases")) {
+    const std::string text = c.at("text").get<std::string>();
+    std::string nfc;
+    if (!NormalizeNfc(text, &nfc)) nfc = text;
+    EXPECT_EQ(nfc, c.at("normalized").get<std::string>()) << text;
+    const auto ids = c.at("ids").get<std::vector<int32_t>>();
+    EXPECT_EQ((*tok)->Encode(text, /*parse_special=*/true, /*add_bos=*/false), ids) << text;
+    differ += (*plain)->Encode(text, true, false) != ids;
+  }
+  EXPECT_GE(differ, 6);
 }
 
 TEST_F(HfWeightSourceTest, Errors) {

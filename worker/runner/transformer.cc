@@ -418,6 +418,8 @@ absl::Status TransformerRunner::Forward(const std::vector<SeqInput>& batch, Page
       return absl::InvalidArgumentError(absl::StrCat("position ", in.start_pos + in.n - 1,
                                                      " is past the context length ",
                                                      c.max_context));
+    if (rope_) rope_->Reserve(in.start_pos + in.n);  // before the threads read it
+    if (rope_swa_) rope_swa_->Reserve(in.start_pos + in.n);
     const int64_t need = (in.start_pos + in.n + kv->config().page_size - 1) / kv->config().page_size;
     if (in.pages == nullptr || static_cast<int64_t>(in.pages->size()) < need)
       return absl::InternalError("page table does not cover the new tokens");

@@ -1,6 +1,7 @@
 // File: worker/tokenizer/bpe_tokenizer.cc
 #include "worker/tokenizer/bpe_tokenizer.h"
 
+#include <deque>
 #include <queue>
 
 #include "absl/strings/str_cat.h"
@@ -154,12 +155,20 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool parse_spec
   // Pieces repeat a lot in natural text; remember each one's ids for this call.
   std::unordered_map<std::string_view, std::pair<size_t, size_t>> cache;
   std::vector<int32_t> cached_ids;
+  std::deque<std::string> normalized;  // NFC copies of fragments (the cache's keys point in)
   for (const TextFragment& fragment : splitter_.Split(text, parse_special)) {
     if (fragment.token >= 0) {
       out.push_back(fragment.token);
       continue;
     }
-    for (std::string_view piece : PreTokenize(fragment.text, pre_kind_)) {
+    // As Hugging Face tokenizers: special tokens are cut out first, the rest normalized.
+    std::string_view fragment_text = fragment.text;
+    if (data_.normalize_nfc) {
+      std::string nfc;
+      if (NormalizeNfc(fragment_text, &nfc))
+        fragment_text = normalized.emplace_back(std::move(nfc));
+    }
+    for (std::string_view piece : PreTokenize(fragment_text, pre_kind_)) {
       auto it = cache.find(piece);
       if (it == cache.end()) {
         const size_t begin = cached_ids.size();

@@ -212,6 +212,19 @@ absl::StatusOr<TokenizerData> TokenizerDataFromHfJsonText(const std::string& tok
   } else {
     return Bad("unsupported pre_tokenizer (want ByteLevel, or Metaspace / byte_fallback)");
   }
+  // Normalizers: byte-level BPE's NFC (Qwen2's) runs before pre-tokenizing; SentencePiece's
+  // Prepend / Replace are its "▁" handling above. Any other would change ids unseen: refused.
+  for (const json* n : norm) {
+    const std::string type = n->value("type", "");
+    if (type == "NFC" && data.model == "gpt2") {
+      data.normalize_nfc = true;
+    } else if ((type != "Prepend" && type != "Replace") || data.model != "llama") {
+      return Bad(absl::StrCat("unsupported normalizer '", type, "' for a ",
+                              data.model == "gpt2" ? "byte-level" : "SentencePiece",
+                              " BPE (TinyServe applies NFC to byte-level ones, Prepend and "
+                              "Replace to SentencePiece ones)"));
+    }
+  }
 
   if (!config_json.empty()) {
     json config = json::parse(config_json, nullptr, /*allow_exceptions=*/false);

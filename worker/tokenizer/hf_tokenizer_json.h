@@ -10,6 +10,9 @@
 //     normalizer (Llama/TinyLlama style) -> model "llama": scores are derived from merge
 //     ranks (the token a merge of rank r produces scores -r; others score -1e9 or 0 for
 //     single characters), <0xNN> tokens become BYTE, add_bos and add_space_prefix are set.
+//   - normalizer: NFC on a byte-level BPE (Qwen2's; Tokenizer applies it to the text between
+//     special tokens, worker/tokenizer/unicode.h NormalizeNfc); Prepend / Replace on a
+//     SentencePiece one; any other is refused by name.
 //   - added_tokens: special -> CONTROL, otherwise USER_DEFINED (both keep their ids).
 // A tokenizer_config.json beside the file, when present, supplies bos_token, eos_token,
 // unk_token, pad_token, add_bos_token and chat_template.

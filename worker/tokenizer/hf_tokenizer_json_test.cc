@@ -109,6 +109,23 @@ TEST(HfTokenizerJson, Errors) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(TokenizerDataFromHfJsonText(R"({"model": {"type": "Unigram"}})", "").status().code(),
             absl::StatusCode::kInvalidArgument);
+  // A normalizer TinyServe does not apply is refused by name (NFC is applied: the golden test
+  // NfcNormalizerMatchesHfTokenizers in worker/hf).
+  for (const char* type : {"NFKC", "Lowercase"}) {
+    const std::string json = std::string(R"({"normalizer": {"type": "Sequence", "normalizers": [
+        {"type": ")") + type +
+                             R"("}]}, "pre_tokenizer": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+    const auto r = TokenizerDataFromHfJsonText(json, "");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << type;
+    EXPECT_NE(r.status().message().find(type), std::string::npos) << r.status();
+  }
+  const auto nfc = TokenizerDataFromHfJsonText(
+      R"({"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "ByteLevel"},
+          "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})",
+      "");
+  ASSERT_TRUE(nfc.ok()) << nfc.status();
+  EXPECT_TRUE(nfc->normalize_nfc);
 }
 
 }  // namespace

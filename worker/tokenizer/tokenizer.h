@@ -40,6 +40,7 @@ struct TokenizerData {
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   bool add_bos = false;              // prepend BOS when the caller asks for the default
   bool add_space_prefix = false;     // "llama": prepend "▁" to the text
+  bool normalize_nfc = false;        // "gpt2": NFC before pre-tokenizing (tokenizer.json "NFC")
   std::vector<int32_t> eog_ids;      // end-of-generation ids (always include eos_id)
   std::string chat_template;         // Jinja source, may be empty
 };

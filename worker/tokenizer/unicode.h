@@ -42,4 +42,11 @@ bool IsLetter(uint32_t cp);      // \p{L}
 bool IsNumber(uint32_t cp);      // \p{N}
 bool IsWhitespace(uint32_t cp);  // \s (Unicode White_Space)
 
+// Unicode normalization form C (canonical decomposition, canonical ordering, canonical
+// composition; UAX #15), as Hugging Face tokenizers' "NFC" normalizer applies it (Qwen2's
+// tokenizer.json). Returns false and leaves *out alone when s is already NFC (the common case,
+// found by a quick check: no code point after which NFC may change anything) or is not valid
+// UTF-8 (left as it is).
+bool NormalizeNfc(std::string_view s, std::string* out);
+
 }  // namespace tinyserve

@@ -52,6 +52,29 @@ TEST(Unicode, Classes) {
   }
 }
 
+// UAX #15's examples and the cases its algorithm turns on; the Hugging Face `tokenizers`
+// comparison is hf_weight_source_test's NfcNormalizerMatchesHfTokenizers.
+TEST(Unicode, Nfc) {
+  auto nfc = [](const std::string& s) {
+    std::string out;
+    return NormalizeNfc(s, &out) ? out : s;
+  };
+  EXPECT_EQ(nfc("e\u0301"), "\u00e9");               // composition
+  EXPECT_EQ(nfc("\u212b"), "\u00c5");                // singleton
+  EXPECT_EQ(nfc("\u1e0b\u0323"), "\u1e0d\u0307");    // reordered, then recomposed
+  EXPECT_EQ(nfc("q\u0307\u0323"), "q\u0323\u0307");  // reordered, nothing composes
+  EXPECT_EQ(nfc("\u1100\u1161\u11a8"), "\uac01");    // Hangul L V T
+  EXPECT_EQ(nfc("\uac00\u11a8"), "\uac01");          // Hangul LV + T
+  EXPECT_EQ(nfc("\u0958"), "\u0915\u093c");          // a composition exclusion
+  EXPECT_EQ(nfc("a\u0301\u0301"), "\u00e1\u0301");   // the second mark is blocked
+  EXPECT_EQ(nfc("\u0301e"), "\u0301e");              // a leading non-starter
+  // Already NFC, or not valid UTF-8: left alone (false).
+  std::string out = "unchanged";
+  EXPECT_FALSE(NormalizeNfc("plain ASCII, caf\u00e9, \ufb01, \U0001f44d", &out));
+  EXPECT_FALSE(NormalizeNfc("e\u0301\xff", &out));
+  EXPECT_EQ(out, "unchanged");
+}
+
 TEST(ByteLevel, Gpt2Map) {
   EXPECT_EQ(ByteToCodepoint(' '), 0x120u);   // Ġ
   EXPECT_EQ(ByteToCodepoint('\n'), 0x10Au);  // Ċ
