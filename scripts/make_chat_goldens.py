@@ -276,6 +276,151 @@ TEMPLATES = [
      "{%- if add_generation_prompt %}\n<|start_header_id|>assistant<|end_header_id|>\n{%- endif %}\n"),
     # Python's and jinja2's corners an independent review found (floats, Unicode whitespace,
     # tojson's arguments, generators, precedence, conversions), and CRLF line ends.
+    # Qwen/Qwen2.5-7B-Instruct (the 0.5B-1.5B Instruct models carry the same): tools in
+    # <tools></tools>, calls as <tool_call> JSON, tool results as user <tool_response>.
+    ("Qwen2.5-Instruct", "", "<|im_end|>",
+     '{%- if tools %}\n'
+     "    {{- '<|im_start|>system\\n' }}\n"
+     "    {%- if messages[0]['role'] == 'system' %}\n"
+     "        {{- messages[0]['content'] }}\n"
+     '    {%- else %}\n'
+     "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n"
+     '    {%- endif %}\n'
+     '    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}\n'
+     '    {%- for tool in tools %}\n'
+     '        {{- "\\n" }}\n'
+     '        {{- tool | tojson }}\n'
+     '    {%- endfor %}\n'
+     '    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}\n'
+     '{%- else %}\n'
+     "    {%- if messages[0]['role'] == 'system' %}\n"
+     "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+     '    {%- else %}\n'
+     "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+     '    {%- endif %}\n'
+     '{%- endif %}\n'
+     '{%- for message in messages %}\n'
+     '    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}\n'
+     "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+     '    {%- elif message.role == "assistant" %}\n'
+     "        {{- '<|im_start|>' + message.role }}\n"
+     '        {%- if message.content %}\n'
+     "            {{- '\\n' + message.content }}\n"
+     '        {%- endif %}\n'
+     '        {%- for tool_call in message.tool_calls %}\n'
+     '            {%- if tool_call.function is defined %}\n'
+     '                {%- set tool_call = tool_call.function %}\n'
+     '            {%- endif %}\n'
+     '            {{- \'\\n<tool_call>\\n{"name": "\' }}\n'
+     '            {{- tool_call.name }}\n'
+     '            {{- \'", "arguments": \' }}\n'
+     '            {{- tool_call.arguments | tojson }}\n'
+     "            {{- '}\\n</tool_call>' }}\n"
+     '        {%- endfor %}\n'
+     "        {{- '<|im_end|>\\n' }}\n"
+     '    {%- elif message.role == "tool" %}\n'
+     '        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}\n'
+     "            {{- '<|im_start|>user' }}\n"
+     '        {%- endif %}\n'
+     "        {{- '\\n<tool_response>\\n' }}\n"
+     '        {{- message.content }}\n'
+     "        {{- '\\n</tool_response>' }}\n"
+     '        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}\n'
+     "            {{- '<|im_end|>\\n' }}\n"
+     '        {%- endif %}\n'
+     '    {%- endif %}\n'
+     '{%- endfor %}\n'
+     '{%- if add_generation_prompt %}\n'
+     "    {{- '<|im_start|>assistant\\n' }}\n"
+     '{%- endif %}\n'),
+    # Qwen/Qwen3-0.6B: as Qwen2.5 plus thinking: <think> blocks kept only after the last
+    # user query, reasoning_content, enable_thinking (false: an empty think block).
+    ("Qwen3", "", "<|im_end|>",
+     '{%- if tools %}\n'
+     "    {{- '<|im_start|>system\\n' }}\n"
+     "    {%- if messages[0].role == 'system' %}\n"
+     "        {{- messages[0].content + '\\n\\n' }}\n"
+     '    {%- endif %}\n'
+     '    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}\n'
+     '    {%- for tool in tools %}\n'
+     '        {{- "\\n" }}\n'
+     '        {{- tool | tojson }}\n'
+     '    {%- endfor %}\n'
+     '    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}\n'
+     '{%- else %}\n'
+     "    {%- if messages[0].role == 'system' %}\n"
+     "        {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n"
+     '    {%- endif %}\n'
+     '{%- endif %}\n'
+     '{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n'
+     '{%- for message in messages[::-1] %}\n'
+     '    {%- set index = (messages|length - 1) - loop.index0 %}\n'
+     '    {%- if ns.multi_step_tool and message.role == "user" and not(message.content.startswith(\'<tool_response>\') and message.content.endswith(\'</tool_response>\')) %}\n'
+     '        {%- set ns.multi_step_tool = false %}\n'
+     '        {%- set ns.last_query_index = index %}\n'
+     '    {%- endif %}\n'
+     '{%- endfor %}\n'
+     '{%- for message in messages %}\n'
+     '    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}\n'
+     "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+     '    {%- elif message.role == "assistant" %}\n'
+     '        {%- set content = message.content %}\n'
+     "        {%- set reasoning_content = '' %}\n"
+     '        {%- if message.reasoning_content is defined and message.reasoning_content is not none %}\n'
+     '            {%- set reasoning_content = message.reasoning_content %}\n'
+     '        {%- else %}\n'
+     "            {%- if '</think>' in message.content %}\n"
+     "                {%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}\n"
+     "                {%- set reasoning_content = message.content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}\n"
+     '            {%- endif %}\n'
+     '        {%- endif %}\n'
+     '        {%- if loop.index0 > ns.last_query_index %}\n'
+     '            {%- if loop.last or (not loop.last and reasoning_content) %}\n'
+     "                {{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}\n"
+     '            {%- else %}\n'
+     "                {{- '<|im_start|>' + message.role + '\\n' + content }}\n"
+     '            {%- endif %}\n'
+     '        {%- else %}\n'
+     "            {{- '<|im_start|>' + message.role + '\\n' + content }}\n"
+     '        {%- endif %}\n'
+     '        {%- if message.tool_calls %}\n'
+     '            {%- for tool_call in message.tool_calls %}\n'
+     '                {%- if (loop.first and content) or (not loop.first) %}\n'
+     "                    {{- '\\n' }}\n"
+     '                {%- endif %}\n'
+     '                {%- if tool_call.function %}\n'
+     '                    {%- set tool_call = tool_call.function %}\n'
+     '                {%- endif %}\n'
+     '                {{- \'<tool_call>\\n{"name": "\' }}\n'
+     '                {{- tool_call.name }}\n'
+     '                {{- \'", "arguments": \' }}\n'
+     '                {%- if tool_call.arguments is string %}\n'
+     '                    {{- tool_call.arguments }}\n'
+     '                {%- else %}\n'
+     '                    {{- tool_call.arguments | tojson }}\n'
+     '                {%- endif %}\n'
+     "                {{- '}\\n</tool_call>' }}\n"
+     '            {%- endfor %}\n'
+     '        {%- endif %}\n'
+     "        {{- '<|im_end|>\\n' }}\n"
+     '    {%- elif message.role == "tool" %}\n'
+     '        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}\n'
+     "            {{- '<|im_start|>user' }}\n"
+     '        {%- endif %}\n'
+     "        {{- '\\n<tool_response>\\n' }}\n"
+     '        {{- message.content }}\n'
+     "        {{- '\\n</tool_response>' }}\n"
+     '        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}\n'
+     "            {{- '<|im_end|>\\n' }}\n"
+     '        {%- endif %}\n'
+     '    {%- endif %}\n'
+     '{%- endfor %}\n'
+     '{%- if add_generation_prompt %}\n'
+     "    {{- '<|im_start|>assistant\\n' }}\n"
+     '    {%- if enable_thinking is defined and enable_thinking is false %}\n'
+     "        {{- '<think>\\n\\n</think>\\n\\n' }}\n"
+     '    {%- endif %}\n'
+     '{%- endif %}'),
     ("review-cases", "<s>", "</s>",
      "{{ [1500.0, 10.0, 1e6, 3e10, 0.0001, 1e-05, 1.5e16, 1e16, -0.0, 2.5, 1e22] }}\r\n"
      "{{ {'t': 20.0, 'big': 1e300} | tojson }}|{{ ('Be nice.' ~ '\\u3000\\xa0') | trim }}|"
@@ -355,6 +500,14 @@ CONVERSATIONS = [
         {"role": "user", "content": "one"},
         {"role": "user", "content": "two"},
     ]),
+    # A reasoning model's earlier answer with its thinking inline (Qwen3 drops it before the
+    # last user query) and one with reasoning_content.
+    ("thinking_turns", [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "<think>\nSimple sum.\n</think>\n\n4"},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "6", "reasoning_content": "Add three."},
+    ]),
 ]
 
 # Conversations whose final assistant message the model continues (continue_final_message, as
@@ -392,9 +545,11 @@ def main():
         reads_tools = "tools" in template
         for conv_name, messages in CONVERSATIONS:
             for gen in (True, False):
-                for tools in ([None, TOOLS] if reads_tools else [None]):
+                for tools, extra in [(None, {})] + ([(TOOLS, {})] if reads_tools else []) + (
+                        [(None, {"enable_thinking": False})] if "enable_thinking" in template
+                        else []):
                     variables = {"messages": messages, "add_generation_prompt": gen,
-                                 "bos_token": bos, "eos_token": eos}
+                                 "bos_token": bos, "eos_token": eos, **extra}
                     if tools is not None:
                         variables["tools"] = tools
                         if name == "Llama-3.1-tools":

@@ -993,6 +993,17 @@ class OpenAiHttpTest(cl.ClusterCase):
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n")})
         self.assertEqual(out.usage.prompt_tokens, tok["count"])
+        # vLLM's chat_template_kwargs reach the template (SmolLM2's reads none of them: the same
+        # prompt); a variable the request sets itself is refused by name.
+        out = api.chat.completions.create(model="m", messages=begun[:1], max_tokens=4,
+                                          temperature=0, extra_body={
+                                              "add_generation_prompt": False,
+                                              "chat_template_kwargs": {"enable_thinking": False}})
+        self.assertEqual(out.usage.prompt_tokens, tok["count"])
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            api.chat.completions.create(model="m", messages=begun[:1], max_tokens=4, extra_body={
+                "chat_template_kwargs": {"messages": []}})
+        self.assertIn("template_kwargs", str(ctx.exception))
 
     def test_prompt_logprobs(self):
         # Prefill chunks of 16 tokens: the texts' rows come in several steps.

@@ -751,6 +751,11 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const json& ro
     if (generation_prompt.has_value())
       r.mutable_chat()->set_add_generation_prompt(*generation_prompt);
     r.mutable_chat()->set_continue_final_message(continue_final);
+    // vLLM's: more variables for the chat template ({"enable_thinking": false} for Qwen3).
+    if (const Json* kwargs = f.Get("chat_template_kwargs")) {
+      if (!kwargs->is_object()) return Bad("chat_template_kwargs", "must be an object");
+      r.mutable_chat()->set_template_kwargs_json(Dump(*kwargs));
+    }
     prompts.push_back(std::move(r));
     echo.emplace_back();
   }

@@ -206,6 +206,19 @@ TEST(OpenAiParse, ContinueFinalMessage) {
             "continue_final_message");
 }
 
+// vLLM's chat_template_kwargs reach the worker as a JSON object; the worker checks the keys
+// (chat_template_test: TemplateKwargs).
+TEST(OpenAiParse, ChatTemplateKwargs) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "Hi"}])";
+  ParsedRequest r = MustParse(
+      Endpoint::kChat, "{" + msgs + R"(, "chat_template_kwargs": {"enable_thinking": false}})");
+  EXPECT_EQ(r.calls[0].chat().template_kwargs_json(), R"({"enable_thinking":false})");
+  EXPECT_EQ(MustParse(Endpoint::kChat, "{" + msgs + "}").calls[0].chat().template_kwargs_json(),
+            "");
+  EXPECT_EQ(ParamOf(Endpoint::kChat, "{" + msgs + R"(, "chat_template_kwargs": "x"})"),
+            "chat_template_kwargs");
+}
+
 TEST(OpenAiParse, PromptsTimesNBecomeSeparateSeededCalls) {
   ParsedRequest r = MustParse(Endpoint::kCompletions,
                               R"({"prompt": ["a", [5, 6]], "n": 2, "seed": 10, "echo": false})");

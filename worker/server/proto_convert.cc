@@ -132,10 +132,12 @@ absl::StatusOr<std::vector<int32_t>> EncodeChat(const v1::ChatMessages& chat,
                     messages[i].tool_call_id()});
   }
   const bool continue_final = chat.continue_final_message();
+  if (absl::Status s = CheckTemplateKwargs(chat.template_kwargs_json()); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("chat.template_kwargs_json: ", s.message()));
   absl::StatusOr<std::string> rendered =
       RenderChat(tokenizer.data(), list,
                  chat.has_add_generation_prompt() ? chat.add_generation_prompt() : !continue_final,
-                 chat.tools_json(), continue_final);
+                 chat.tools_json(), continue_final, chat.template_kwargs_json());
   if (!rendered.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("chat.messages: ", rendered.status().message()));
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_nesting.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "worker/tokenizer/jinja.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -38,10 +39,25 @@ absl::Status CheckChatTemplate(const TokenizerData& data) {
   return jinja::Template::Parse(data.chat_template).status();
 }
 
+absl::Status CheckTemplateKwargs(std::string_view text) {
+  if (text.empty()) return absl::OkStatus();
+  if (!JsonAffordable(text, 32))
+    return absl::InvalidArgumentError(
+        "nested deeper than 32 levels or objects of too many members");
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("not a JSON object");
+  for (const char* key : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+    if (j.contains(key))
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", key, "' is set by the request itself, not by template kwargs"));
+  return absl::OkStatus();
+}
+
 namespace {
 absl::StatusOr<std::string> Render(const TokenizerData& data,
                                    const std::vector<ChatMessage>& messages,
-                                   bool add_generation_prompt, std::string_view tools_json);
+                                   bool add_generation_prompt, std::string_view tools_json,
+                                   std::string_view template_kwargs_json);
 
 std::string_view Strip(std::string_view s) {  // Python's str.strip()
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -53,8 +69,11 @@ std::string_view Strip(std::string_view s) {  // Python's str.strip()
 absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
                                        const std::vector<ChatMessage>& messages,
                                        bool add_generation_prompt, std::string_view tools_json,
-                                       bool continue_final_message) {
-  if (!continue_final_message) return Render(data, messages, add_generation_prompt, tools_json);
+                                       bool continue_final_message,
+                                       std::string_view template_kwargs_json) {
+  TS_RETURN_IF_ERROR(CheckTemplateKwargs(template_kwargs_json));
+  if (!continue_final_message)
+    return Render(data, messages, add_generation_prompt, tools_json, template_kwargs_json);
   // transformers' way: mark the end of the final message's content, render, cut at the mark.
   constexpr std::string_view kTag = "CONTINUE_FINAL_MESSAGE_TAG ";
   if (messages.empty()) return absl::InvalidArgumentError("continue_final_message: no messages");
@@ -68,7 +87,7 @@ absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
   }
   std::vector<ChatMessage> marked = messages;
   marked.back().content += kTag;
-  absl::StatusOr<std::string> out = Render(data, marked, false, tools_json);
+  absl::StatusOr<std::string> out = Render(data, marked, false, tools_json, template_kwargs_json);
   if (!out.ok()) return out;
   const std::string_view final_message = Strip(messages.back().content);
   const std::string_view tag = Strip(kTag);
@@ -88,7 +107,8 @@ absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
 namespace {
 absl::StatusOr<std::string> Render(const TokenizerData& data,
                                    const std::vector<ChatMessage>& messages,
-                                   bool add_generation_prompt, std::string_view tools_json) {
+                                   bool add_generation_prompt, std::string_view tools_json,
+                                   std::string_view template_kwargs_json) {
   // The tool calls and tools are checked first, so a bad one is refused whatever the template.
   using Json = nlohmann::ordered_json;
   auto parse = [](std::string_view text, const std::string& what) -> absl::StatusOr<Json> {
@@ -133,6 +153,10 @@ absl::StatusOr<std::string> Render(const TokenizerData& data,
                     {"add_generation_prompt", add_generation_prompt},
                     {"bos_token", TokenText(data, data.bos_id)},
                     {"eos_token", TokenText(data, data.eos_id)}};
+  if (!template_kwargs_json.empty()) {  // checked by RenderChat
+    Json kwargs = Json::parse(template_kwargs_json);
+    for (auto& [key, value] : kwargs.items()) variables[key] = std::move(value);
+  }
   if (!tools_json.empty()) {
     absl::StatusOr<Json> tools = parse(tools_json, "tools");
     if (!tools.ok()) return tools.status();

@@ -196,6 +196,51 @@ TEST(RenderChat, TheTemplatesTokensAndRefusals) {
   EXPECT_NE(std::string(refused.status().message()).find("no system turns"), std::string::npos);
 }
 
+// Template kwargs (vLLM's chat_template_kwargs) through RenderChat give what transformers
+// renders with the same variables: Qwen3's enable_thinking=false cases of the golden file.
+TEST(RenderChat, TemplateKwargs) {
+  std::ifstream in("tests/golden/chat/chat_templates.json");
+  ASSERT_TRUE(in) << "run from the repository root";
+  std::stringstream text;
+  text << in.rdbuf();
+  const json golden = json::parse(text.str());
+  TokenizerData data;
+  data.chat_template = golden["templates"]["Qwen3"].get<std::string>();
+  int checked = 0;
+  for (const json& c : golden["cases"]) {
+    const json& v = c["variables"];
+    if (c["template"] != "Qwen3" || !v.contains("enable_thinking") || !c.contains("rendered") ||
+        v.contains("tools"))
+      continue;
+    std::vector<ChatMessage> messages;
+    bool plain = true;  // ChatMessage carries no reasoning_content; calls are tested elsewhere
+    for (const json& m : v["messages"]) {
+      plain = plain && !m.contains("tool_calls") && !m.contains("reasoning_content");
+      messages.emplace_back(m["role"].get<std::string>(), m["content"].get<std::string>(), "",
+                            m.value("tool_call_id", ""));
+    }
+    if (!plain) continue;
+    absl::StatusOr<std::string> out = RenderChat(data, messages, v["add_generation_prompt"], "",
+                                                 false, R"({"enable_thinking": false})");
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(*out, c["rendered"].get<std::string>()) << c["conversation"];
+    ++checked;
+  }
+  EXPECT_GE(checked, 6);
+  // Without the kwarg the generation prompt has no empty think block.
+  const std::string on = *RenderChat(data, {{"user", "Hi"}}, true);
+  const std::string off =
+      *RenderChat(data, {{"user", "Hi"}}, true, "", false, R"({"enable_thinking": false})");
+  EXPECT_EQ(off, on + "<think>\n\n</think>\n\n");
+  // What RenderChat sets itself cannot come from kwargs; the kwargs must be an object.
+  for (const char* bad :
+       {R"({"messages": []})", R"({"add_generation_prompt": false})", "[1]", "{"}) {
+    EXPECT_EQ(CheckTemplateKwargs(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_FALSE(RenderChat(data, {{"user", "Hi"}}, true, "", false, bad).ok()) << bad;
+  }
+  EXPECT_TRUE(CheckTemplateKwargs("").ok());
+}
+
 TEST(RenderChat, PlainChatMlWithoutATemplateOrOutsideTheSubset) {
   TokenizerData data;
   EXPECT_TRUE(CheckChatTemplate(data).ok());

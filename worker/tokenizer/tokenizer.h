@@ -95,10 +95,17 @@ struct ChatMessage {
 // the text ends where the final message's content does, so generation continues it (as
 // transformers renders it: a marker appended to that content, the rendering cut at the marker);
 // INVALID_ARGUMENT when the template drops the content.
+// template_kwargs_json: more variables for the template (vLLM's chat_template_kwargs, e.g.
+// {"enable_thinking": false} for Qwen3), checked by CheckTemplateKwargs.
 absl::StatusOr<std::string> RenderChat(const TokenizerData& data,
                                        const std::vector<ChatMessage>& messages,
                                        bool add_generation_prompt, std::string_view tools_json = "",
-                                       bool continue_final_message = false);
+                                       bool continue_final_message = false,
+                                       std::string_view template_kwargs_json = "");
+// OK when text is empty or a JSON object (nested at most 32 deep) that sets none of the
+// variables RenderChat sets itself (messages, tools, add_generation_prompt, bos_token,
+// eos_token); else INVALID_ARGUMENT saying why.
+absl::Status CheckTemplateKwargs(std::string_view template_kwargs_json);
 // OK when the model's chat template is empty or within the Jinja subset; else why not.
 absl::Status CheckChatTemplate(const TokenizerData& data);
 
