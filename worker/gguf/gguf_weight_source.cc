@@ -228,7 +228,7 @@ class GgufWeightSource final : public WeightSource {
         YarnFreqDivisors(c.head_dim, c.rope_theta, factor, old_ctx, beta_fast, beta_slow);
     c.rope_attn_factor = static_cast<float>(attn * YarnMscale(factor));
     // The context it extends to: the original times the factor (llama.cpp takes any -c).
-    c.max_context = std::max(c.max_context, static_cast<int>(std::lround(old_ctx * factor)));
+    c.max_context = std::max(c.max_context, YarnContext(old_ctx, factor));
     return absl::OkStatus();
   }
 

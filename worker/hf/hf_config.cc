@@ -136,7 +136,7 @@ absl::Status ParseRopeScaling(const Fields& f, const char* key, const json& s, M
     }
     c->rope_attn_factor = static_cast<float>(attn);
     // The context it extends to (vLLM's rule): the original times the factor.
-    c->max_context = std::max(c->max_context, static_cast<int>(std::lround(old_ctx * factor)));
+    c->max_context = std::max(c->max_context, YarnContext(old_ctx, factor));
     return absl::OkStatus();
   }
   if (type != "llama3") return f.Unsupported(key, s);

@@ -112,6 +112,11 @@ inline std::vector<float> YarnFreqDivisors(int rot_dim, double theta, double fac
   return divisors;
 }
 
+// The context YaRN extends to: original x factor, at most 2^30 tokens.
+inline int YarnContext(double original_context, double factor) {
+  return static_cast<int>(std::min(std::round(original_context * factor), double{1 << 30}));
+}
+
 // YaRN's default attention factor (the scale on cos and sin): 0.1 * mscale * ln(factor) + 1.
 inline double YarnMscale(double factor, double mscale = 1.0) {
   return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
