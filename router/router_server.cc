@@ -95,7 +95,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
       r->server_.get(),
       {options.host, options.http_port, options.http_threads, options.max_message_bytes,
        TINYSERVE_VERSION, options.api_key, options.http_tls.cert_file, options.http_tls.key_file,
-       options.tls.reload_seconds, options.tool_call_parser},
+       options.tls.reload_seconds, options.tool_call_parser, options.reasoning_parser},
       r->metrics_->registry().get(), r->metrics_->registry());
   if (!http.ok()) {
     r->server_->Shutdown();

@@ -70,7 +70,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
   int workers = 1, threads = 1;
   double ready_timeout = 300;
   std::vector<std::string> worker_args;
-  std::string tool_call_parser;
+  std::string tool_call_parser, reasoning_parser;
   flags.String("model", &model, "GGUF file or Hugging Face folder (default: the default model)");
   flags.String("host", &host, "address the router and workers listen on");
   flags.Int("port", &port, "router gRPC port");
@@ -86,6 +86,9 @@ int RunServeCommand(const std::vector<std::string>& args) {
   flags.String("tool-call-parser", &tool_call_parser,
                "the router's HTTP API: hermes or llama3_json parses tool_choice \"auto\" "
                "outputs' calls in that format into tool calls (off: \"auto\" is refused)");
+  flags.String("reasoning-parser", &reasoning_parser,
+               "the router's HTTP API: qwen3 or deepseek_r1 moves a chat answer's <think> block "
+               "into reasoning_content (off: left in content)");
   if (auto s = flags.Parse(args); !s.ok()) return FailWith(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -125,6 +128,8 @@ int RunServeCommand(const std::vector<std::string>& args) {
                                      policy};
   if (!tool_call_parser.empty())
     router.insert(router.end(), {"--tool-call-parser", tool_call_parser});
+  if (!reasoning_parser.empty())
+    router.insert(router.end(), {"--reasoning-parser", reasoning_parser});
   children.push_back(Spawn(router));
 
   auto stop_all = [&](int sig) {

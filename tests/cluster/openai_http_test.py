@@ -41,6 +41,12 @@ Cases (one CTest entry each, -k test_NAME):
                           block (held to one by a guided regex, the model writes the city)
                           becomes a tool call with the text before it as content, unstreamed
                           and streamed through the openai client; a plain answer stays text
+  reasoning_parser        SmolLM2-135M-Instruct behind a router with --reasoning-parser qwen3:
+                          an answer held by a guided regex to a <think> block and a sum comes
+                          back with the block's text as reasoning_content, unstreamed and
+                          streamed (delta.reasoning_content) through the openai client;
+                          chat_template_kwargs and an assistant turn's reasoning_content are
+                          accepted; an unknown parser stops the router with its name
   responses               SmolLM2-135M-Instruct: the Responses API (/v1/responses) through the
                           openai client: the same greedy text and token counts as chat;
                           streamed typed events through the client's accumulator; parse()
@@ -74,6 +80,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -612,6 +619,46 @@ class OpenAiHttpTest(cl.ClusterCase):
         with self.assertRaises(openai.BadRequestError) as ctx:
             api.chat.completions.create(model="m", messages=ask, tools=tools, max_tokens=8)
         self.assertEqual(ctx.exception.body.get("param"), "tool_choice")
+
+    def test_reasoning_parser(self):
+        w = self.cluster.worker("--model", cl.smollm2_model(self))
+        r = self.cluster.router([w], "--reasoning-parser", "qwen3")
+        api = client(r.http_port)
+        ask = [{"role": "user", "content": "What is 2+2?"}]
+        regex = r"<think>\nI add [a-z ]{3,20}\.\n</think>\n\nThe answer is [0-9]\."
+        out = api.chat.completions.create(
+            model="m", messages=ask, max_tokens=48, temperature=0,
+            extra_body={"structured_outputs": {"regex": regex},
+                        "chat_template_kwargs": {"enable_thinking": True}})
+        msg = out.choices[0].message.model_dump()
+        self.assertRegex(msg["reasoning_content"], r"^\nI add [a-z ]{3,20}\.\n$")
+        self.assertRegex(msg["content"], r"^\n\nThe answer is [0-9]\.$")
+        # Streamed: the same split, the block's text as reasoning deltas.
+        thought, content = "", ""
+        for chunk in api.chat.completions.create(
+                model="m", messages=ask, max_tokens=48, temperature=0, stream=True,
+                extra_body={"structured_outputs": {"regex": regex}}):
+            if not chunk.choices:
+                continue
+            d = chunk.choices[0].delta.model_dump()
+            thought += d.get("reasoning_content") or ""
+            content += d.get("content") or ""
+        self.assertEqual((thought, content), (msg["reasoning_content"], msg["content"]))
+        # The next turn may carry the reasoning back (SmolLM2's template ignores it).
+        again = api.chat.completions.create(
+            model="m", max_tokens=4, temperature=0,
+            messages=ask + [{"role": "assistant", "content": msg["content"],
+                             "reasoning_content": msg["reasoning_content"]},
+                            {"role": "user", "content": "And 3+3?"}])
+        self.assertEqual(again.choices[0].finish_reason, "length")
+        # An unknown parser: the router does not start, and says which flag.
+        bad = subprocess.run([self.binary, "router", "--workers", w.address, "--host",
+                              "127.0.0.1", "--port", str(cl.free_port()), "--metrics-port",
+                              str(cl.free_port()), "--http-port", str(cl.free_port()),
+                              "--reasoning-parser", "nope"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("--reasoning-parser", bad.stderr)
 
     def test_tool_choice_auto(self):
         import re

@@ -17,8 +17,8 @@ namespace {
 using json = Json;
 namespace v1 = tinyserve::v1;
 
-const ServedModel kModel{"SmolLM2-135M-Instruct", 8192, {}, ""};
-const ServedModel kHermes{"SmolLM2-135M-Instruct", 8192, {}, "hermes"};
+const ServedModel kModel{"SmolLM2-135M-Instruct", 8192, {}, "", ""};
+const ServedModel kHermes{"SmolLM2-135M-Instruct", 8192, {}, "hermes", ""};
 
 ParsedRequest MustParse(const std::string& body, const ServedModel& model = kModel) {
   auto r = ParseMessagesRequest(body, model, "req");

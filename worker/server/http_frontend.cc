@@ -291,6 +291,12 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
         "--tool-call-parser: '", options.tool_call_parser,
         "' is not a parser TinyServe has (hermes, llama3_json; leave it unset to refuse "
         "\"auto\")"));
+  if (!options.reasoning_parser.empty() && options.reasoning_parser != "qwen3" &&
+      options.reasoning_parser != "deepseek_r1")
+    return absl::InvalidArgumentError(absl::StrCat("--reasoning-parser: '",
+                                                   options.reasoning_parser,
+                                                   "' is not a parser TinyServe has (qwen3, "
+                                                   "deepseek_r1)"));
   std::unique_ptr<HttpFrontend> f(
       new HttpFrontend(options, std::move(channel), registry, std::move(metrics)));
   mg_init_library(0);
@@ -517,6 +523,7 @@ absl::StatusOr<openai::ServedModel> HttpFrontend::Model() {
   m.max_context = info.max_context();
   for (const v1::LoraAdapterInfo& a : info.lora_adapters()) m.loras.push_back(a.name());
   m.tool_call_parser = options_.tool_call_parser;
+  m.reasoning_parser = options_.reasoning_parser;
   std::lock_guard<std::mutex> lock(mu_);
   model_ = m;
   model_info_ = info;

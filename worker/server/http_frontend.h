@@ -64,6 +64,9 @@ struct HttpFrontendOptions {
   // <tool_call>{"name": ..., "arguments": ...}</tool_call> blocks in the output become
   // tool_calls (vLLM's --tool-call-parser hermes). Empty: "auto" is refused.
   std::string tool_call_parser;
+  // "qwen3" or "deepseek_r1": a chat answer's <think> block becomes the message's
+  // reasoning_content (vLLM's --reasoning-parser). Empty: the output is content as it is.
+  std::string reasoning_parser;
 };
 
 class HttpFrontend {

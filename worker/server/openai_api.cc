@@ -168,11 +168,19 @@ absl::Status ParseMessages(Fields& f, v1::ChatMessages* out) {
     } else {
       return Bad(at + ".content", "must be a string or a list of text parts");
     }
+    // vLLM's: an assistant turn's reasoning ("reasoning_content", or "reasoning"), which
+    // thinking models' templates (Qwen3's) place in the prompt.
+    std::string reasoning = mf.String("reasoning_content").value_or("");
+    if (reasoning.empty()) reasoning = mf.String("reasoning").value_or("");
+    TS_RETURN_IF_ERROR(mf.status());
+    if (!reasoning.empty() && role != "assistant")
+      return Bad(at + ".reasoning_content", "only assistant turns carry reasoning");
     v1::ChatMessage* out_msg = out->add_messages();
     out_msg->set_role(role);
     out_msg->set_content(std::move(content));
     out_msg->set_tool_calls_json(std::move(tool_calls));
     out_msg->set_tool_call_id(std::move(tool_call_id));
+    out_msg->set_reasoning_content(std::move(reasoning));
   }
   return absl::OkStatus();
 }
@@ -693,6 +701,7 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const json& ro
   ParsedRequest out;
   out.endpoint = endpoint;
   out.model = f.String("model").value_or(model.name);
+  if (endpoint == Endpoint::kChat) out.reasoning_parser = model.reasoning_parser;
   out.n = static_cast<int>(f.Integer("n", 1, kMaxChoices).value_or(1));
   const auto best_of = f.Integer("best_of", 1, kMaxChoices);
   f.RejectUnless("best_of", best_of.value_or(out.n) == out.n, "only best_of == n is supported");
@@ -1133,10 +1142,139 @@ json ResponseBuilder::AutoToolCalls(const std::string& text, std::string* conten
   return calls;
 }
 
+ReasoningSplit SplitReasoning(std::string_view text, const std::string& parser, bool final) {
+  constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+  const size_t n = text.size();
+  ReasoningSplit s;  // no reasoning: all of it content
+  s.stable = n;
+  if (parser.empty()) return s;
+  if (final) {  // vLLM's: partition at the first <think>, then at the first </think> after it
+    const size_t open = text.find(kOpen);
+    const size_t begin = open == std::string_view::npos ? 0 : open + kOpen.size();
+    const size_t close = text.find(kClose, begin);
+    if (close != std::string_view::npos &&
+        (parser == "deepseek_r1" || open != std::string_view::npos)) {
+      s.reasoning_begin = begin;
+      s.reasoning_end = close;
+      s.content_begin = close + kClose.size();
+    } else if (parser == "deepseek_r1") {  // never closed: all reasoning
+      s.reasoning_begin = begin;
+      s.reasoning_end = s.content_begin = n;
+    }
+    return s;
+  }
+  // Streaming: a block opens at the very start (deepseek_r1: or is open from the prompt).
+  if (n < kOpen.size() && kOpen.substr(0, n) == text) {
+    s.stable = 0;  // may still become "<think>"
+    return s;
+  }
+  const bool opened = text.substr(0, kOpen.size()) == kOpen;
+  if (!opened && parser == "qwen3") return s;
+  s.reasoning_begin = opened ? kOpen.size() : 0;
+  const size_t close = text.find(kClose, s.reasoning_begin);
+  if (close != std::string_view::npos) {
+    s.reasoning_end = close;
+    s.content_begin = close + kClose.size();
+    return s;
+  }
+  size_t held = 0;  // a tail that may still become "</think>"
+  for (size_t k = std::min(kClose.size() - 1, n - s.reasoning_begin); k > 0 && held == 0; --k)
+    if (text.substr(n - k) == kClose.substr(0, k)) held = k;
+  s.stable = n - held;
+  s.reasoning_end = s.content_begin = s.stable;
+  return s;
+}
+
+std::string ResponseBuilder::StreamReasoning(Choice& c, bool done, std::string* answer) const {
+  const std::string& t = c.text;
+  ReasoningSplit s = SplitReasoning(t, request_.reasoning_parser, /*final=*/false);
+  if (done && s.stable < t.size()) {
+    if (s.stable == 0 && s.reasoning_end == 0) {  // a bare "<thi...": content after all
+      s = ReasoningSplit();
+    } else {  // a block never closed: the held tail is reasoning too
+      s.reasoning_end = s.content_begin = t.size();
+    }
+    s.stable = t.size();
+  }
+  std::string out;
+  if (s.reasoning_end > std::max(c.rsent, s.reasoning_begin)) {
+    const size_t from = std::max(c.rsent, s.reasoning_begin);
+    out = t.substr(from, s.reasoning_end - from);
+  }
+  c.rsent = std::max(c.rsent, s.reasoning_end);
+  if (s.reasoning_end > s.reasoning_begin || s.content_begin > 0)
+    c.reasoning = t.substr(s.reasoning_begin, s.reasoning_end - s.reasoning_begin);
+  *answer = s.stable > s.content_begin ? t.substr(s.content_begin, s.stable - s.content_begin) : "";
+  return out;
+}
+
+std::vector<json> ResponseBuilder::ReasoningChunks(int index,
+                                                   const v1::GenerateResponse& response) {
+  Choice& c = choices_[index];
+  const bool done = response.has_complete();
+  json lp = nullptr;
+  if (response.has_chunk()) {
+    AddPromptLogprobs(c, response.chunk());
+    if (request_.logprobs) AddLogprobs(c, response.chunk(), &lp);
+    c.text += response.chunk().text();
+  } else if (done) {
+    c.complete = response.complete();
+    c.finish_reason = FinishReasonName(c.complete.finish_reason());
+  } else {
+    return {};  // an in-band Error: OnFailure follows
+  }
+  std::string answer;
+  const std::string thought = StreamReasoning(c, done, &answer);
+  size_t limit = answer.size();  // how much of the answer may go out now (c.sent: so far)
+  if (request_.tool_choice == ParsedRequest::ToolChoice::kAuto) {
+    if (!done) {
+      limit = AutoContentLimit(answer, c.sent);
+    } else {
+      std::string content;
+      c.tool_calls = AutoToolCalls(answer, &content);
+      if (!c.tool_calls.is_null()) {
+        c.content = content.empty() ? json(nullptr) : json(content);
+        c.finish_reason = "tool_calls";
+        limit = content.size();
+      }
+    }
+  }
+  const std::string text = limit > c.sent ? answer.substr(c.sent, limit - c.sent) : "";
+  c.sent = std::max(c.sent, limit);
+  std::vector<json> out;
+  const bool first = !c.started;
+  if (first || !thought.empty() || !text.empty() || !lp.is_null()) {
+    json choice = ChoiceDelta(index, text, lp, "", first);
+    if (!thought.empty()) choice["delta"]["reasoning_content"] = thought;
+    if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
+    c.started = true;
+    out.push_back(ChunkObject(json::array({std::move(choice)})));
+  }
+  if (done) AppendCallsAndFinish(index, c, &out);
+  return out;
+}
+
+void ResponseBuilder::AppendCallsAndFinish(int index, const Choice& c,
+                                           std::vector<json>* out) const {
+  if (!c.tool_calls.is_null()) {
+    json calls = c.tool_calls;
+    for (size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
+    out->push_back(ChunkObject(json::array({json{{"index", index},
+                                                 {"delta", {{"tool_calls", std::move(calls)}}},
+                                                 {"logprobs", nullptr},
+                                                 {"finish_reason", nullptr}}})));
+  }
+  out->push_back(
+      ChunkObject(json::array({ChoiceDelta(index, "", nullptr, c.finish_reason, false)})));
+}
+
 std::vector<json> ResponseBuilder::Chunks(int index, const v1::GenerateResponse& response) {
   Choice& c = choices_[index];
   const bool auto_tools = request_.tool_choice == ParsedRequest::ToolChoice::kAuto;
   const bool tools = request_.tool_choice != ParsedRequest::ToolChoice::kOff && !auto_tools;
+  // A thinking model's <think> block (not with a forced call: that output is the call's JSON).
+  const bool reasoning = !request_.reasoning_parser.empty() && !tools;
+  if (reasoning && request_.stream) return ReasoningChunks(index, response);
   if (response.has_chunk()) {
     const v1::Chunk& chunk = response.chunk();
     AddPromptLogprobs(c, chunk);
@@ -1186,6 +1324,13 @@ std::vector<json> ResponseBuilder::Chunks(int index, const v1::GenerateResponse&
   if (response.has_complete()) {
     c.complete = response.complete();
     c.finish_reason = FinishReasonName(response.complete().finish_reason());
+    if (reasoning) {  // not streamed (ReasoningChunks streams): the block out of the text
+      const ReasoningSplit s = SplitReasoning(c.text, request_.reasoning_parser, /*final=*/true);
+      if (s.content_begin > 0) {
+        c.reasoning = c.text.substr(s.reasoning_begin, s.reasoning_end - s.reasoning_begin);
+        c.text.erase(0, s.content_begin);
+      }
+    }
     if (tools) {
       json call = ToolCall(c.text);
       if (!call.is_null()) c.tool_calls = json::array({std::move(call)});
@@ -1217,16 +1362,7 @@ std::vector<json> ResponseBuilder::Chunks(int index, const v1::GenerateResponse&
         if (first && request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
         out.push_back(ChunkObject(json::array({std::move(choice)})));
       }
-      if (!c.tool_calls.is_null()) {
-        json calls = c.tool_calls;
-        for (size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
-        out.push_back(ChunkObject(json::array({json{{"index", index},
-                                                    {"delta", {{"tool_calls", std::move(calls)}}},
-                                                    {"logprobs", nullptr},
-                                                    {"finish_reason", nullptr}}})));
-      }
-      out.push_back(
-          ChunkObject(json::array({ChoiceDelta(index, "", nullptr, c.finish_reason, false)})));
+      AppendCallsAndFinish(index, c, &out);
       return out;
     }
     if (!c.tool_calls.is_null()) {
@@ -1307,10 +1443,14 @@ json ResponseBuilder::BodyJson() const {
       choice["message"] = {
           {"role", "assistant"}, {"content", c.content}, {"tool_calls", c.tool_calls}};
     } else if (request_.endpoint == Endpoint::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      // With a reasoning block, an empty answer is null (vLLM's).
+      choice["message"] = {
+          {"role", "assistant"},
+          {"content", c.reasoning.is_null() || !c.text.empty() ? json(c.text) : json(nullptr)}};
     } else {
       choice["text"] = c.text;
     }
+    if (!c.reasoning.is_null()) choice["message"]["reasoning_content"] = c.reasoning;
     choice["logprobs"] = c.logprobs;
     if (request_.prompt_logprobs) choice["prompt_logprobs"] = c.prompt_logprobs;
     choice["finish_reason"] = c.finish_reason;

@@ -68,7 +68,22 @@ struct ServedModel {
   // "arguments"} separated by ";" (after an optional <|python_tag|>), Llama 3.x's format.
   // Empty: "auto" is refused.
   std::string tool_call_parser;
+  // HttpFrontendOptions::reasoning_parser: "qwen3" or "deepseek_r1" (SplitReasoning); empty:
+  // none.
+  std::string reasoning_parser;
 };
+
+// Where a thinking model's answer puts its reasoning (vLLM's reasoning parsers): the text
+// reasoning_begin..reasoning_end is the <think> block's inside, content_begin.. the answer.
+// "qwen3": a block only when the text holds both <think> and </think> (else it is all
+// content); "deepseek_r1": the <think> may be missing (the template wrote it) and a block
+// never closed is all reasoning. final=false (streaming, the text still growing): an open
+// <think> block counts as reasoning, and `stable` ends before any tail that could still become
+// a tag (send nothing past it yet).
+struct ReasoningSplit {
+  size_t reasoning_begin = 0, reasoning_end = 0, content_begin = 0, stable = 0;
+};
+ReasoningSplit SplitReasoning(std::string_view text, const std::string& parser, bool final);
 
 // One OpenAI request: Generate calls[i] produces choice i (prompt p, sample j: i = p * n + j).
 struct ParsedRequest {
@@ -89,6 +104,7 @@ struct ParsedRequest {
   ToolChoice tool_choice = ToolChoice::kOff;
   std::vector<std::string> tool_names;  // kAuto: the functions a call may name
   std::string tool_parser;              // kAuto: ServedModel::tool_call_parser
+  std::string reasoning_parser;         // chat: ServedModel::reasoning_parser
   // The function called when there is one candidate (the output is its arguments); empty with
   // several (the output is {"name": ..., "arguments": {...}}, a tagged union of the tools).
   std::string tool_name;
@@ -180,7 +196,21 @@ class ResponseBuilder final : public AnswerBuilder {
     Json content;          // with tool_calls: the message content (null or the text before them)
     size_t sent = 0;       // tool_choice "auto", streamed: bytes of text sent as content so far
     Json prompt_logprobs;  // vLLM's form: [null, {"id": {logprob, rank, decoded_token}}, ...]
+    // With a reasoning parser: the <think> block's text (null: none), and, streamed, how far
+    // into `text` the reasoning deltas went.
+    Json reasoning;
+    size_t rsent = 0;
   };
+  // Streamed with a reasoning parser: the reasoning not sent yet (advancing choice.rsent) and
+  // the answer so far (the text after the <think> block; what may still be a tag held back).
+  // done: the output is complete (nothing is held back).
+  std::string StreamReasoning(Choice& choice, bool done, std::string* answer) const;
+  // Chunks() when streamed with a reasoning parser (tool_choice off or "auto"): reasoning
+  // deltas as the block grows, then the answer as the plain path sends it or, with "auto", as
+  // far as no call may have begun, and the calls whole at the end.
+  std::vector<Json> ReasoningChunks(int index, const tinyserve::v1::GenerateResponse& response);
+  // Streamed "auto" output's end: the calls (if any), whole, then the finish reason.
+  void AppendCallsAndFinish(int index, const Choice& choice, std::vector<Json>* out) const;
   // The tool call an output makes, or null when it is not one (cut short by max_tokens).
   Json ToolCall(const std::string& text) const;
   // tool_choice "auto": the output's calls in the request's format (vLLM's hermes and

@@ -14,7 +14,7 @@ namespace {
 using json = nlohmann::ordered_json;
 namespace v1 = tinyserve::v1;
 
-const ServedModel kModel{"SmolLM2-135M-Instruct", 8192, {}, ""};
+const ServedModel kModel{"SmolLM2-135M-Instruct", 8192, {}, "", ""};
 
 ParsedRequest MustParse(Endpoint endpoint, const std::string& body) {
   auto r = ParseRequest(endpoint, body, kModel, "req");
@@ -45,7 +45,7 @@ TEST(OpenAiParse, CompletionsDefaultsFollowOpenAi) {
 }
 
 TEST(OpenAiParse, ModelNamesALoraAdapter) {
-  const ServedModel with_loras{"base", 8192, {"sql", "chat"}, ""};
+  const ServedModel with_loras{"base", 8192, {"sql", "chat"}, "", ""};
   auto parse = [&](const std::string& body) {
     return ParseRequest(Endpoint::kChat, body, with_loras, "req");
   };
@@ -217,6 +217,16 @@ TEST(OpenAiParse, ChatTemplateKwargs) {
             "");
   EXPECT_EQ(ParamOf(Endpoint::kChat, "{" + msgs + R"(, "chat_template_kwargs": "x"})"),
             "chat_template_kwargs");
+  // An assistant turn's reasoning (vLLM's reasoning_content, or reasoning) goes to the template.
+  ParsedRequest t = MustParse(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "a"},
+      {"role": "assistant", "content": "b", "reasoning_content": "why"},
+      {"role": "assistant", "content": "c", "reasoning": "how"}]})");
+  EXPECT_EQ(t.calls[0].chat().messages(1).reasoning_content(), "why");
+  EXPECT_EQ(t.calls[0].chat().messages(2).reasoning_content(), "how");
+  EXPECT_EQ(
+      ParamOf(Endpoint::kChat,
+              R"({"messages": [{"role": "user", "content": "a", "reasoning_content": "x"}]})"),
+      "messages[0].reasoning_content");
 }
 
 TEST(OpenAiParse, PromptsTimesNBecomeSeparateSeededCalls) {
@@ -464,7 +474,7 @@ TEST(OpenAiErrors, HttpStatusAndType) {
 // What a client assembles from a streamed chat choice: its content, tool-call deltas and
 // finish reason.
 struct StreamedChoice {
-  std::string content;
+  std::string content, reasoning;
   json calls = json::array();
   std::string finish;
   void Feed(const std::string& events) {
@@ -472,6 +482,8 @@ struct StreamedChoice {
       const json choice = json::parse(e)["choices"][0];
       if (choice["delta"].contains("content") && choice["delta"]["content"].is_string())
         content += choice["delta"]["content"].get<std::string>();
+      if (choice["delta"].contains("reasoning_content"))
+        reasoning += choice["delta"]["reasoning_content"].get<std::string>();
       if (choice["delta"].contains("tool_calls"))
         for (const json& t : choice["delta"]["tool_calls"]) calls.push_back(t);
       if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
@@ -689,10 +701,86 @@ TEST(OpenAiParse, NonStringTypesAreRefusedNotThrown) {
             "tool_choice");
 }
 
+// --reasoning-parser (vLLM's qwen3 and deepseek_r1): the <think> block becomes
+// reasoning_content, whole or streamed; with tool_choice "auto" the calls come from the answer.
+TEST(OpenAiResponse, ReasoningParsers) {
+  const std::string body = R"({"messages": [{"role": "user", "content": "2+2?"}])";
+  auto run = [&](const std::string& parser, const std::vector<std::string>& chunks,
+                 const std::string& extra = "") {
+    const ServedModel m{"m", 8192, {}, "hermes", parser};
+    auto r = ParseRequest(Endpoint::kChat, body + extra + "}", m, "req");
+    EXPECT_TRUE(r.ok()) << r.status();
+    ResponseBuilder b(*r, "chatcmpl-r", 5);
+    for (const std::string& c : chunks) b.OnResponse(0, Chunk(c, 3, -0.1f));
+    b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 2));
+    return json::parse(b.Body())["choices"][0]["message"];
+  };
+  json msg = run("qwen3", {"<think>", "\nSum.\n", "</think>", "\n\n4"});
+  EXPECT_EQ(msg["reasoning_content"], "\nSum.\n");
+  EXPECT_EQ(msg["content"], "\n\n4");
+  // qwen3 wants both tags; deepseek_r1 reads a missing <think> (the template wrote it) and an
+  // unclosed block as all reasoning.
+  msg = run("qwen3", {"Sum.</think>4"});
+  EXPECT_FALSE(msg.contains("reasoning_content"));
+  EXPECT_EQ(msg["content"], "Sum.</think>4");
+  msg = run("qwen3", {"<think>still thinking"});
+  EXPECT_EQ(msg["content"], "<think>still thinking");
+  msg = run("deepseek_r1", {"Sum.</think>4"});
+  EXPECT_EQ(msg["reasoning_content"], "Sum.");
+  EXPECT_EQ(msg["content"], "4");
+  msg = run("deepseek_r1", {"<think>still"});
+  EXPECT_EQ(msg["reasoning_content"], "still");
+  EXPECT_TRUE(msg["content"].is_null());
+  msg = run("", {"<think>x</think>y"});  // no parser: untouched
+  EXPECT_EQ(msg["content"], "<think>x</think>y");
+  EXPECT_FALSE(msg.contains("reasoning_content"));
+  // With tools and "auto": the calls are read from the answer only.
+  const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "add"}}])";
+  msg = run("qwen3",
+            {"<think>call <tool_call>?</think>",
+             "ok <tool_call>{\"name\": \"add\", "
+             "\"arguments\": {}}</tool_call>"},
+            tools);
+  EXPECT_EQ(msg["reasoning_content"], "call <tool_call>?");
+  EXPECT_EQ(msg["content"], "ok ");
+  ASSERT_EQ(msg["tool_calls"].size(), 1u);
+
+  // Streamed: reasoning deltas as the block grows (a partial "</think>" waits), then content.
+  for (const std::string& extra : {std::string(""), tools}) {
+    const ServedModel m{"m", 8192, {}, "hermes", "qwen3"};
+    auto r = ParseRequest(Endpoint::kChat, body + extra + R"(, "stream": true})", m, "req");
+    ASSERT_TRUE(r.ok()) << r.status();
+    ResponseBuilder b(*r, "chatcmpl-s", 5);
+    StreamedChoice got;
+    got.Feed(b.OnResponse(0, Chunk("<thi", 3, -0.1f)));
+    EXPECT_EQ(got.reasoning + got.content, "");  // may become "<think>"
+    got.Feed(b.OnResponse(0, Chunk("nk>\nSum", 3, -0.1f)));
+    EXPECT_EQ(got.reasoning, "\nSum");
+    got.Feed(b.OnResponse(0, Chunk(".</thi", 3, -0.1f)));
+    EXPECT_EQ(got.reasoning, "\nSum.");
+    got.Feed(b.OnResponse(0, Chunk("nk>\n\n4", 3, -0.1f)));
+    EXPECT_EQ(got.reasoning, "\nSum.");
+    EXPECT_EQ(got.content, "\n\n4");
+    got.Feed(b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 4)));
+    EXPECT_EQ(got.content, "\n\n4");
+    EXPECT_EQ(got.finish, "stop");
+  }
+  // Streamed deepseek_r1 without the opening tag: reasoning from the first byte.
+  const ServedModel r1{"m", 8192, {}, "", "deepseek_r1"};
+  auto r = ParseRequest(Endpoint::kChat, body + R"(, "stream": true})", r1, "req");
+  ASSERT_TRUE(r.ok());
+  ResponseBuilder b(*r, "chatcmpl-d", 5);
+  StreamedChoice got;
+  got.Feed(b.OnResponse(0, Chunk("Sum.</think>4", 3, -0.1f)));
+  got.Feed(b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 1)));
+  EXPECT_EQ(got.reasoning, "Sum.");
+  EXPECT_EQ(got.content, "4");
+}
+
 // tool_choice "auto" with the hermes parser: free output; <tool_call> blocks naming a tool
 // become calls, the text before them the content; anything else stays text.
 TEST(OpenAiResponse, AutoToolChoiceParsesHermesToolCalls) {
-  const ServedModel hermes{"m", 8192, {}, "hermes"};
+  const ServedModel hermes{"m", 8192, {}, "hermes", ""};
   const std::string body = R"({"messages": [{"role": "user", "content": "Paris?"}],
       "tools": [{"type": "function", "function": {"name": "get_weather"}},
                 {"type": "function", "function": {"name": "add"}}])";
@@ -782,7 +870,7 @@ TEST(OpenAiResponse, AutoToolChoiceParsesHermesToolCalls) {
 // output that begins with a JSON object (or <|python_tag|>) is calls separated by ";", each
 // {"name", "parameters" or "arguments"}; anything else is content.
 TEST(OpenAiResponse, AutoToolChoiceParsesLlama3JsonToolCalls) {
-  const ServedModel llama3{"m", 8192, {}, "llama3_json"};
+  const ServedModel llama3{"m", 8192, {}, "llama3_json", ""};
   const std::string body = R"({"messages": [{"role": "user", "content": "Paris?"}],
       "tools": [{"type": "function", "function": {"name": "get_weather"}},
                 {"type": "function", "function": {"name": "add"}}])";

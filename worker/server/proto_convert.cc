@@ -129,7 +129,7 @@ absl::StatusOr<std::vector<int32_t>> EncodeChat(const v1::ChatMessages& chat,
       return absl::InvalidArgumentError(absl::StrCat("chat.messages[", i, "].role is empty"));
     }
     list.push_back({messages[i].role(), messages[i].content(), messages[i].tool_calls_json(),
-                    messages[i].tool_call_id()});
+                    messages[i].tool_call_id(), messages[i].reasoning_content()});
   }
   const bool continue_final = chat.continue_final_message();
   if (absl::Status s = CheckTemplateKwargs(chat.template_kwargs_json()); !s.ok())

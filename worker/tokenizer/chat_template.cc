@@ -147,6 +147,7 @@ absl::StatusOr<std::string> Render(const TokenizerData& data,
       message["tool_calls"] = std::move(*calls);
     }
     if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+    if (!m.reasoning_content.empty()) message["reasoning_content"] = m.reasoning_content;
     list.push_back(std::move(message));
   }
   Json variables = {{"messages", std::move(list)},

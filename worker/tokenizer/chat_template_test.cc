@@ -197,7 +197,8 @@ TEST(RenderChat, TheTemplatesTokensAndRefusals) {
 }
 
 // Template kwargs (vLLM's chat_template_kwargs) through RenderChat give what transformers
-// renders with the same variables: Qwen3's enable_thinking=false cases of the golden file.
+// renders with the same variables: Qwen3's enable_thinking=false cases of the golden file (one
+// of them with an assistant turn's reasoning_content).
 TEST(RenderChat, TemplateKwargs) {
   std::ifstream in("tests/golden/chat/chat_templates.json");
   ASSERT_TRUE(in) << "run from the repository root";
@@ -213,11 +214,11 @@ TEST(RenderChat, TemplateKwargs) {
         v.contains("tools"))
       continue;
     std::vector<ChatMessage> messages;
-    bool plain = true;  // ChatMessage carries no reasoning_content; calls are tested elsewhere
+    bool plain = true;  // calls are tested elsewhere
     for (const json& m : v["messages"]) {
-      plain = plain && !m.contains("tool_calls") && !m.contains("reasoning_content");
+      plain = plain && !m.contains("tool_calls");
       messages.emplace_back(m["role"].get<std::string>(), m["content"].get<std::string>(), "",
-                            m.value("tool_call_id", ""));
+                            m.value("tool_call_id", ""), m.value("reasoning_content", ""));
     }
     if (!plain) continue;
     absl::StatusOr<std::string> out = RenderChat(data, messages, v["add_generation_prompt"], "",

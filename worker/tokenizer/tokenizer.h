@@ -75,15 +75,18 @@ class Tokenizer {
 
 // A message of a chat conversation.
 struct ChatMessage {
-  ChatMessage(std::string r, std::string c, std::string calls = "", std::string call_id = "")
+  ChatMessage(std::string r, std::string c, std::string calls = "", std::string call_id = "",
+              std::string reasoning = "")
       : role(std::move(r)),
         content(std::move(c)),
         tool_calls_json(std::move(calls)),
-        tool_call_id(std::move(call_id)) {}
+        tool_call_id(std::move(call_id)),
+        reasoning_content(std::move(reasoning)) {}
   std::string role;
   std::string content;
   std::string tool_calls_json;  // an assistant turn's tool calls (OpenAI's JSON array), or empty
   std::string tool_call_id;     // a tool turn: the call it answers
+  std::string reasoning_content;  // an assistant turn's reasoning (the template's variable)
 };
 
 // Renders messages with the model's chat template (a Jinja subset, worker/tokenizer/jinja.h,
