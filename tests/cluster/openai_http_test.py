@@ -44,7 +44,8 @@ Cases (one CTest entry each, -k test_NAME):
   reasoning_parser        SmolLM2-135M-Instruct behind a router with --reasoning-parser qwen3:
                           an answer held by a guided regex to a <think> block and a sum comes
                           back with the block's text as reasoning_content, unstreamed and
-                          streamed (delta.reasoning_content) through the openai client;
+                          streamed (delta.reasoning_content) through the openai client, and
+                          as a Responses API reasoning item;
                           chat_template_kwargs and an assistant turn's reasoning_content are
                           accepted; an unknown parser stops the router with its name
   responses               SmolLM2-135M-Instruct: the Responses API (/v1/responses) through the
@@ -644,6 +645,20 @@ class OpenAiHttpTest(cl.ClusterCase):
             thought += d.get("reasoning_content") or ""
             content += d.get("content") or ""
         self.assertEqual((thought, content), (msg["reasoning_content"], msg["content"]))
+        # The Responses API: a reasoning item before the message, whole and through the client's
+        # stream accumulator.
+        resp = api.responses.create(model="m", input="What is 2+2?", max_output_tokens=48,
+                                    temperature=0,
+                                    extra_body={"structured_outputs": {"regex": regex}})
+        self.assertEqual([o.type for o in resp.output], ["reasoning", "message"])
+        self.assertEqual(resp.output[0].content[0].text, msg["reasoning_content"])
+        self.assertEqual(resp.output_text, msg["content"])
+        with api.responses.stream(model="m", input="What is 2+2?", max_output_tokens=48,
+                                  temperature=0,
+                                  extra_body={"structured_outputs": {"regex": regex}}) as stream:
+            final = stream.get_final_response()
+        self.assertEqual(final.output[0].content[0].text, msg["reasoning_content"])
+        self.assertEqual(final.output_text, msg["content"])
         # The next turn may carry the reasoning back (SmolLM2's template ignores it).
         again = api.chat.completions.create(
             model="m", max_tokens=4, temperature=0,

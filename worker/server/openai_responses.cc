@@ -69,7 +69,13 @@ absl::Status Messages(const json& root, json* messages) {
       auto content = item.find("content");
       if (content == item.end()) return Bad(at + ".content", "is required");
       TS_ASSIGN_OR_RETURN(std::string text, TextOf(*content, at + ".content"));
-      messages->push_back({{"role", role}, {"content", std::move(text)}});
+      json* last = messages->empty() ? nullptr : &messages->back();
+      if (role == "assistant" && last != nullptr && last->contains("reasoning_content") &&
+          (*last)["content"] == "" && !last->contains("tool_calls")) {
+        (*last)["content"] = std::move(text);  // the answer after its reasoning item
+      } else {
+        messages->push_back({{"role", role}, {"content", std::move(text)}});
+      }
     } else if (type == "function_call") {
       for (const char* key : {"call_id", "name", "arguments"}) {
         auto v = item.find(key);
@@ -97,7 +103,16 @@ absl::Status Messages(const json& root, json* messages) {
       messages->push_back(
           {{"role", "tool"}, {"tool_call_id", call_id}, {"content", std::move(text)}});
     } else if (type == "reasoning") {
-      continue;  // a reasoning model's; this one reads none
+      // A reasoning model's thinking: the reasoning_content of the assistant turn it begins
+      // (its reasoning_text parts, else its summary's text).
+      std::string text;
+      for (const char* key : {"content", "summary"}) {
+        auto parts = item.find(key);
+        if (!text.empty() || parts == item.end() || !parts->is_array()) continue;
+        for (const json& part : *parts) text += StringField(part, "text");
+      }
+      if (!text.empty())
+        messages->push_back({{"role", "assistant"}, {"content", ""}, {"reasoning_content", text}});
     } else if (type == "item_reference") {
       return Bad(at,
                  "item references need stored responses, which this server does not keep: "
@@ -347,6 +362,28 @@ json ResponsesBuilder::MessageItem(const std::string& text, const json& logprobs
           {"content", json::array({std::move(part)})}};
 }
 
+json ResponsesBuilder::ReasoningItem(const std::string& text, const std::string& status) const {
+  return {{"id", absl::StrCat("rs_", id_.substr(id_.find('_') + 1))},
+          {"type", "reasoning"},
+          {"summary", json::array()},
+          {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})},
+          {"encrypted_content", nullptr},
+          {"status", status}};
+}
+
+void ResponsesBuilder::CloseReasoning() {
+  if (!reasoning_open_) return;
+  reasoning_open_ = false;
+  const json item = ReasoningItem(reasoning_, "completed");
+  const size_t index = output_.size();
+  Emit("response.reasoning_text.done", {{"item_id", item["id"]},
+                                        {"output_index", index},
+                                        {"content_index", 0},
+                                        {"text", reasoning_}});
+  Emit("response.output_item.done", {{"output_index", index}, {"item", item}});
+  output_.push_back(item);
+}
+
 json ResponsesBuilder::CallItem(const json& call, const std::string& status) const {
   const std::string call_id = call["id"].get<std::string>();
   return {{"id", absl::StrCat("fc_", call_id.substr(call_id.find('_') + 1))},
@@ -364,6 +401,8 @@ std::string ResponsesBuilder::Body() const {
   const std::string finish = choice["finish_reason"].get<std::string>();
   const bool calls = message.contains("tool_calls") && message["tool_calls"].is_array();
   json output = json::array();
+  if (message.contains("reasoning_content") && message["reasoning_content"].is_string())
+    output.push_back(ReasoningItem(message["reasoning_content"].get<std::string>(), "completed"));
   if (message["content"].is_string() &&
       (!calls || !message["content"].get<std::string>().empty())) {
     const json& lp = choice["logprobs"];
@@ -456,7 +495,21 @@ std::string ResponsesBuilder::OnResponse(int index, const v1::GenerateResponse& 
       }
       auto calls = delta.find("tool_calls");
       auto content = delta.find("content");
+      if (auto thought = delta.find("reasoning_content"); thought != delta.end()) {
+        if (!reasoning_open_) {
+          reasoning_open_ = true;
+          json item = ReasoningItem("", "in_progress");
+          item["content"] = json::array();
+          Emit("response.output_item.added", {{"output_index", output_.size()}, {"item", item}});
+        }
+        reasoning_ += thought->get<std::string>();
+        Emit("response.reasoning_text.delta", {{"item_id", ReasoningItem("", "").at("id")},
+                                               {"output_index", output_.size()},
+                                               {"content_index", 0},
+                                               {"delta", *thought}});
+      }
       if (content != delta.end() && content->is_string() && !content->get<std::string>().empty()) {
+        CloseReasoning();
         OpenMessage();
         text_ += content->get<std::string>();
         for (const json& x : lp) text_logprobs_.push_back(x);
@@ -469,6 +522,7 @@ std::string ResponsesBuilder::OnResponse(int index, const v1::GenerateResponse& 
         for (const json& x : lp) text_logprobs_.push_back(x);  // of text held back
       }
       if (calls != delta.end() && calls->is_array()) {
+        CloseReasoning();
         CloseMessage();
         for (const json& call : *calls) {
           if (calls_ < MaxCalls()) AddCall(call);
@@ -497,6 +551,7 @@ std::string ResponsesBuilder::StreamEnd() {
          {{"response", ResponseObject("failed", finish_, output_, nullptr, nullptr)}});
     return Flush();
   }
+  CloseReasoning();
   if (output_.empty()) OpenMessage();  // an empty answer is an empty message
   CloseMessage();
   const std::string status = StatusOf(finish_);

@@ -75,6 +75,10 @@ class ResponsesBuilder final : public AnswerBuilder {
   std::string MessageId() const;
   // The message item holding `text`.
   Json MessageItem(const std::string& text, const Json& logprobs, const std::string& status) const;
+  // With --reasoning-parser: the reasoning item holding a <think> block's text (vLLM's form:
+  // content [{"type": "reasoning_text", "text"}], an empty summary).
+  Json ReasoningItem(const std::string& text, const std::string& status) const;
+  void CloseReasoning();  // streamed: the done events of the open reasoning item
   size_t MaxCalls() const;
 
   ParsedRequest chat_request_;  // the request as chat (endpoint kChat)
@@ -86,6 +90,8 @@ class ResponsesBuilder final : public AnswerBuilder {
   int sequence_ = 0;
   bool started_ = false;
   bool message_open_ = false;
+  bool reasoning_open_ = false;
+  std::string reasoning_;               // the open reasoning item's text
   std::string text_;                    // the open message's text
   Json text_logprobs_ = Json::array();  // and its logprobs
   Json output_ = Json::array();         // finished items

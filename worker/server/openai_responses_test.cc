@@ -47,7 +47,9 @@ TEST(ResponsesParse, InputItemsBecomeChatMessages) {
       "top_logprobs": 2, "reasoning": {"effort": null}, "truncation": "disabled",
       "input": [
         {"role": "user", "content": "What is 2 + 3?"},
-        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "reasoning", "id": "rs_0", "summary": []},
+        {"type": "reasoning", "id": "rs_1", "summary": [],
+         "content": [{"type": "reasoning_text", "text": "Add them."}]},
         {"type": "message", "role": "assistant",
          "content": [{"type": "output_text", "text": "Let me add."}]},
         {"type": "function_call", "call_id": "call_1", "name": "add",
@@ -69,7 +71,9 @@ TEST(ResponsesParse, InputItemsBecomeChatMessages) {
   EXPECT_EQ(chat.messages(1).role(), "user");
   EXPECT_EQ(chat.messages(2).role(), "assistant");
   EXPECT_EQ(chat.messages(2).content(), "Let me add.");
-  // Both calls of the turn join the assistant message.
+  // A reasoning item begins the assistant turn (an empty one is dropped); the message after it
+  // is that turn's content, and both calls of the turn join it.
+  EXPECT_EQ(chat.messages(2).reasoning_content(), "Add them.");
   const json calls = json::parse(chat.messages(2).tool_calls_json());
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[0]["id"], "call_1");
@@ -292,6 +296,53 @@ TEST(ResponsesBuild, StreamSendsTypedEventsInOrder) {
   EXPECT_EQ(fe.back().first, "response.failed");
   EXPECT_EQ(fe.back().second["response"]["status"], "failed");
   EXPECT_EQ(fe.back().second["response"]["error"]["message"], "no KV pages");
+}
+
+// With --reasoning-parser the <think> block is a reasoning item before the message, whole
+// or streamed (output_item.added, reasoning_text.delta..., reasoning_text.done, output_item.done).
+TEST(ResponsesBuild, ReasoningIsAReasoningItem) {
+  const ServedModel qwen3{"m", 8192, {}, "", "qwen3"};
+  ParsedRequest r = MustParse(R"({"input": "2+2?"})", qwen3);
+  ResponsesBuilder b(r, "resp_r", 9);
+  b.OnResponse(0, Chunk("<think>Add.</think>", 10, -0.5f));
+  b.OnResponse(0, Chunk("4", 11, -0.5f));
+  b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 6, 2));
+  json body = json::parse(b.Body());
+  ASSERT_EQ(body["output"].size(), 2u);
+  EXPECT_EQ(body["output"][0]["type"], "reasoning");
+  EXPECT_EQ(body["output"][0]["id"], "rs_r");
+  EXPECT_EQ(body["output"][0]["content"][0],
+            json::parse(R"({"type": "reasoning_text", "text": "Add."})"));
+  EXPECT_EQ(body["output"][1]["content"][0]["text"], "4");
+
+  ParsedRequest s = MustParse(R"({"input": "2+2?", "stream": true})", qwen3);
+  ResponsesBuilder sb(s, "resp_t", 9);
+  std::string sse = sb.OnResponse(0, Chunk("<think>Ad", 10, -0.5f));
+  sse += sb.OnResponse(0, Chunk("d.</think>4", 11, -0.5f));
+  sse += sb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 6, 2));
+  sse += sb.StreamEnd();
+  std::vector<std::string> types;
+  std::string thought;
+  const auto events = TypedEvents(sse);
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& [type, data] = events[i];
+    types.push_back(type);
+    EXPECT_EQ(data["sequence_number"], i);
+    if (type == "response.reasoning_text.delta") thought += data["delta"].get<std::string>();
+  }
+  EXPECT_EQ(thought, "Add.");
+  EXPECT_EQ(
+      types,
+      (std::vector<std::string>{
+          "response.created", "response.in_progress", "response.output_item.added",
+          "response.reasoning_text.delta", "response.reasoning_text.delta",
+          "response.reasoning_text.done", "response.output_item.done", "response.output_item.added",
+          "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+          "response.content_part.done", "response.output_item.done", "response.completed"}));
+  const json& done = events.back().second["response"];
+  EXPECT_EQ(done["output"][0]["type"], "reasoning");
+  EXPECT_EQ(done["output"][1]["type"], "message");
+  EXPECT_EQ(done["output"][1]["content"][0]["text"], "4");
 }
 
 TEST(ResponsesBuild, ToolCallsAreFunctionCallItems) {
