@@ -44,8 +44,8 @@ Cases (one CTest entry each, -k test_NAME):
   reasoning_parser        SmolLM2-135M-Instruct behind a router with --reasoning-parser qwen3:
                           an answer held by a guided regex to a <think> block and a sum comes
                           back with the block's text as reasoning_content, unstreamed and
-                          streamed (delta.reasoning_content) through the openai client, and
-                          as a Responses API reasoning item;
+                          streamed (delta.reasoning_content) through the openai client, as a
+                          Responses API reasoning item and as an Anthropic thinking block;
                           chat_template_kwargs and an assistant turn's reasoning_content are
                           accepted; an unknown parser stops the router with its name
   responses               SmolLM2-135M-Instruct: the Responses API (/v1/responses) through the
@@ -659,6 +659,21 @@ class OpenAiHttpTest(cl.ClusterCase):
             final = stream.get_final_response()
         self.assertEqual(final.output[0].content[0].text, msg["reasoning_content"])
         self.assertEqual(final.output_text, msg["content"])
+        # Anthropic's Messages API: a thinking block before the text, whole and streamed.
+        import anthropic
+        claude = anthropic.Anthropic(base_url=f"http://127.0.0.1:{r.http_port}",
+                                     api_key="unused", max_retries=0, timeout=60)
+        kw = dict(model="m", max_tokens=48, messages=[{"role": "user", "content": "What is 2+2?"}],
+                  thinking={"type": "enabled", "budget_tokens": 1024},
+                  extra_body={"temperature": 0, "structured_outputs": {"regex": regex}})
+        m = claude.messages.create(**kw)
+        self.assertEqual([b.type for b in m.content], ["thinking", "text"])
+        self.assertEqual(m.content[0].thinking, msg["reasoning_content"])
+        self.assertEqual(m.content[1].text, msg["content"])
+        with claude.messages.stream(**kw) as stream:
+            streamed = stream.get_final_message()
+        self.assertEqual(streamed.content[0].thinking, msg["reasoning_content"])
+        self.assertEqual(streamed.content[1].text, msg["content"])
         # The next turn may carry the reasoning back (SmolLM2's template ignores it).
         again = api.chat.completions.create(
             model="m", max_tokens=4, temperature=0,

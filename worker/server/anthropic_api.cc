@@ -65,6 +65,7 @@ absl::Status Messages(const json& root, json* out) {
       return Bad(at + ".content", "must be a string or a non-empty list of blocks");
     }
     std::vector<std::string> texts;
+    std::string thinking;  // an assistant turn's thinking blocks: its reasoning_content
     json calls = json::array();
     for (size_t k = 0; k < content->size(); ++k) {
       const json& block = (*content)[k];
@@ -99,8 +100,10 @@ absl::Status Messages(const json& root, json* out) {
           TS_ASSIGN_OR_RETURN(text, BlocksText(*c, bat + ".content"));
         }
         out->push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", std::move(text)}});
+      } else if (type == "thinking" && role == "assistant") {
+        thinking += StringField(block, "thinking");
       } else if (type == "thinking" || type == "redacted_thinking") {
-        continue;  // a reasoning model's; this one reads none
+        continue;  // redacted (encrypted): nothing to read
       } else {
         return Bad(bat + ".type",
                    absl::StrCat("\"", type.substr(0, 40), "\" is not supported in a ", role,
@@ -114,6 +117,7 @@ absl::Status Messages(const json& root, json* out) {
                   {"content", texts.empty() && !calls.empty() ? json(nullptr)
                                                               : json(absl::StrJoin(texts, "\n"))}};
       if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+      if (!thinking.empty()) msg["reasoning_content"] = std::move(thinking);
       out->push_back(std::move(msg));
     } else if (!texts.empty()) {
       out->push_back({{"role", "user"}, {"content", absl::StrJoin(texts, "\n")}});
@@ -207,9 +211,14 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body, const 
   Fields f(root, "");
   const std::optional<int64_t> max_tokens =
       f.Integer("max_tokens", 1, std::numeric_limits<int32_t>::max());
+  // Extended thinking: the model thinks or not by its chat template (Qwen3:
+  // chat_template_kwargs); with --reasoning-parser its <think> block comes back as a thinking
+  // block. budget_tokens is not enforced (max_tokens bounds both).
   if (const json* thinking = f.Get("thinking")) {
-    if (!thinking->is_object() || StringField(*thinking, "type") != "disabled") {
-      return Bad("thinking", "is not supported: the model does not reason");
+    const std::string type = thinking->is_object() ? StringField(*thinking, "type") : "";
+    if (type != "disabled" && (type != "enabled" || model.reasoning_parser.empty())) {
+      return Bad("thinking", type == "enabled" ? "needs a server started with --reasoning-parser"
+                                               : "must be {\"type\": \"enabled\" or \"disabled\"}");
     }
   }
   std::optional<bool> disable_parallel;
@@ -327,6 +336,9 @@ std::string MessagesBuilder::Body() const {
   const json& message = choice["message"];
   const bool has_calls = message.contains("tool_calls") && message["tool_calls"].is_array();
   json content = json::array();
+  if (message.contains("reasoning_content") && message["reasoning_content"].is_string())
+    content.push_back(
+        {{"type", "thinking"}, {"thinking", message["reasoning_content"]}, {"signature", ""}});
   if (message["content"].is_string() &&
       (!has_calls || !message["content"].get<std::string>().empty())) {
     content.push_back({{"type", "text"}, {"text", message["content"]}});
@@ -378,7 +390,7 @@ void MessagesBuilder::Start() {
 
 void MessagesBuilder::CloseBlock() {
   if (!text_open_) return;
-  text_open_ = false;
+  text_open_ = thinking_open_ = false;
   Emit("content_block_stop", {{"index", blocks_ - 1}});
 }
 
@@ -403,7 +415,20 @@ std::string MessagesBuilder::OnResponse(int index, const v1::GenerateResponse& r
     for (const json& choice : chunk["choices"]) {
       const json& delta = choice["delta"];
       auto content = delta.find("content");
+      if (auto thought = delta.find("reasoning_content"); thought != delta.end()) {
+        if (!thinking_open_) {
+          CloseBlock();
+          thinking_open_ = text_open_ = true;  // CloseBlock closes either
+          Emit("content_block_start",
+               {{"index", blocks_++},
+                {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+        }
+        Emit("content_block_delta",
+             {{"index", blocks_ - 1},
+              {"delta", {{"type", "thinking_delta"}, {"thinking", *thought}}}});
+      }
       if (content != delta.end() && content->is_string() && !content->get<std::string>().empty()) {
+        if (thinking_open_) CloseBlock();
         if (!text_open_) {
           text_open_ = true;
           Emit("content_block_start",

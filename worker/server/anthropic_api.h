@@ -74,7 +74,8 @@ class MessagesBuilder final : public AnswerBuilder {
   std::string pending_;
   bool started_ = false;
   int blocks_ = 0;          // content blocks started
-  bool text_open_ = false;  // the last block is text and not yet stopped
+  bool text_open_ = false;  // the last block is text (or thinking) and not yet stopped
+  bool thinking_open_ = false;  // that block is a thinking block
   size_t calls_ = 0;
   std::string finish_;
   Json stop_reason_ = nullptr;  // the chat builder's stop_reason of the finished choice

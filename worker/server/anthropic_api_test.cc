@@ -68,6 +68,7 @@ TEST(MessagesParse, BlocksBecomeChatMessages) {
   EXPECT_EQ(chat.messages(1).role(), "user");
   EXPECT_EQ(chat.messages(2).role(), "assistant");
   EXPECT_EQ(chat.messages(2).content(), "Let me add.");
+  EXPECT_EQ(chat.messages(2).reasoning_content(), "...");  // the thinking block
   const json calls = json::parse(chat.messages(2).tool_calls_json());
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0]["id"], "toolu_1");
@@ -257,6 +258,43 @@ TEST(MessagesBuild, StreamSendsAnthropicEvents) {
   EXPECT_EQ(fe.back().first, "error");
   EXPECT_EQ(fe.back().second["error"]["type"], "overloaded_error");
   EXPECT_EQ(fe.back().second["error"]["message"], "draining");
+}
+
+// With --reasoning-parser: "thinking": {"type": "enabled"} is accepted and the <think> block
+// is a thinking block before the text, whole or streamed (thinking_delta events).
+TEST(MessagesBuild, ReasoningIsAThinkingBlock) {
+  const ServedModel qwen3{"m", 8192, {}, "", "qwen3"};
+  const std::string ask =
+      R"("max_tokens": 20, "thinking": {"type": "enabled", "budget_tokens": 1024},
+      "messages": [{"role": "user", "content": "2+2?"}])";
+  ParsedRequest r = MustParse("{" + ask + "}", qwen3);
+  MessagesBuilder b(r, "msg_r");
+  b.OnResponse(0, Chunk("<think>Add.</think>4", 10, -0.5f));
+  b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 6, 2));
+  const json body = json::parse(b.Body());
+  ASSERT_EQ(body["content"].size(), 2u);
+  EXPECT_EQ(body["content"][0],
+            json::parse(R"({"type": "thinking", "thinking": "Add.", "signature": ""})"));
+  EXPECT_EQ(body["content"][1]["text"], "4");
+
+  ParsedRequest s = MustParse(R"({"stream": true, )" + ask + "}", qwen3);
+  MessagesBuilder sb(s, "msg_s");
+  std::string sse = sb.OnResponse(0, Chunk("<think>Ad", 10, -0.5f));
+  sse += sb.OnResponse(0, Chunk("d.</think>4", 11, -0.5f));
+  sse += sb.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 6, 2));
+  sse += sb.StreamEnd();
+  std::string thought, text;
+  std::vector<std::string> starts;
+  for (const auto& [type, data] : TypedEvents(sse)) {
+    if (type == "content_block_start") starts.push_back(data["content_block"]["type"]);
+    if (type == "content_block_delta" && data["delta"]["type"] == "thinking_delta")
+      thought += data["delta"]["thinking"].get<std::string>();
+    if (type == "content_block_delta" && data["delta"]["type"] == "text_delta")
+      text += data["delta"]["text"].get<std::string>();
+  }
+  EXPECT_EQ(starts, (std::vector<std::string>{"thinking", "text"}));
+  EXPECT_EQ(thought, "Add.");
+  EXPECT_EQ(text, "4");
 }
 
 TEST(MessagesBuild, ToolCallsAreToolUseBlocks) {
