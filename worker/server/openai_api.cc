@@ -1202,8 +1202,6 @@ std::string ResponseBuilder::StreamReasoning(Choice& c, bool done, std::string* 
     out = t.substr(from, s.reasoning_end - from);
   }
   c.rsent = std::max(c.rsent, s.reasoning_end);
-  if (s.reasoning_end > s.reasoning_begin || s.content_begin > 0)
-    c.reasoning = t.substr(s.reasoning_begin, s.reasoning_end - s.reasoning_begin);
   *answer = s.stable > s.content_begin ? t.substr(s.content_begin, s.stable - s.content_begin) : "";
   return out;
 }

@@ -196,8 +196,8 @@ class ResponseBuilder final : public AnswerBuilder {
     Json content;          // with tool_calls: the message content (null or the text before them)
     size_t sent = 0;       // tool_choice "auto", streamed: bytes of text sent as content so far
     Json prompt_logprobs;  // vLLM's form: [null, {"id": {logprob, rank, decoded_token}}, ...]
-    // With a reasoning parser: the <think> block's text (null: none), and, streamed, how far
-    // into `text` the reasoning deltas went.
+    // With a reasoning parser: the <think> block's text (not streamed; null: none), and,
+    // streamed, how far into `text` the reasoning deltas went.
     Json reasoning;
     size_t rsent = 0;
   };

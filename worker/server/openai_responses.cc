@@ -362,8 +362,12 @@ json ResponsesBuilder::MessageItem(const std::string& text, const json& logprobs
           {"content", json::array({std::move(part)})}};
 }
 
+std::string ResponsesBuilder::ReasoningId() const {
+  return absl::StrCat("rs_", id_.substr(id_.find('_') + 1));
+}
+
 json ResponsesBuilder::ReasoningItem(const std::string& text, const std::string& status) const {
-  return {{"id", absl::StrCat("rs_", id_.substr(id_.find('_') + 1))},
+  return {{"id", ReasoningId()},
           {"type", "reasoning"},
           {"summary", json::array()},
           {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})},
@@ -503,7 +507,7 @@ std::string ResponsesBuilder::OnResponse(int index, const v1::GenerateResponse& 
           Emit("response.output_item.added", {{"output_index", output_.size()}, {"item", item}});
         }
         reasoning_ += thought->get<std::string>();
-        Emit("response.reasoning_text.delta", {{"item_id", ReasoningItem("", "").at("id")},
+        Emit("response.reasoning_text.delta", {{"item_id", ReasoningId()},
                                                {"output_index", output_.size()},
                                                {"content_index", 0},
                                                {"delta", *thought}});

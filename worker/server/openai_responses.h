@@ -73,6 +73,7 @@ class ResponsesBuilder final : public AnswerBuilder {
   // The function_call item of a chat tool call.
   Json CallItem(const Json& call, const std::string& status) const;
   std::string MessageId() const;
+  std::string ReasoningId() const;
   // The message item holding `text`.
   Json MessageItem(const std::string& text, const Json& logprobs, const std::string& status) const;
   // With --reasoning-parser: the reasoning item holding a <think> block's text (vLLM's form:
