@@ -9,7 +9,7 @@ Admission::Result Admission::Acquire(const void* token, std::function<void()> on
                                      int priority) {
   std::lock_guard<std::mutex> lock(mu_);
   if (inflight_ < max_inflight_ && queue_.empty()) {
-    ++inflight_;
+    running_gauge_->Set(++inflight_);
     return Result::kAdmitted;
   }
   if (static_cast<int>(queue_.size()) >= max_queue_) return Result::kRejected;
@@ -35,7 +35,7 @@ void Admission::Release() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (queue_.empty()) {
-      --inflight_;
+      running_gauge_->Set(--inflight_);
       return;
     }
     next = std::move(queue_.front().on_admit);  // the slot passes to the waiter

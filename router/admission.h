@@ -18,8 +18,13 @@ namespace tinyserve {
 
 class Admission {
  public:
-  Admission(int max_inflight, int max_queue, prometheus::Gauge* waiting_gauge)
-      : max_inflight_(max_inflight), max_queue_(max_queue), waiting_gauge_(waiting_gauge) {}
+  // The gauges follow the queue's length and the slots held.
+  Admission(int max_inflight, int max_queue, prometheus::Gauge* waiting_gauge,
+            prometheus::Gauge* running_gauge)
+      : max_inflight_(max_inflight),
+        max_queue_(max_queue),
+        waiting_gauge_(waiting_gauge),
+        running_gauge_(running_gauge) {}
 
   enum class Result { kAdmitted, kQueued, kRejected };
   // Takes a slot now (kAdmitted), or queues `on_admit` to run when one frees (kQueued), or
@@ -41,6 +46,7 @@ class Admission {
   };
   const int max_inflight_, max_queue_;
   prometheus::Gauge* waiting_gauge_;
+  prometheus::Gauge* running_gauge_;
   mutable std::mutex mu_;
   int inflight_ = 0;            // GUARDED_BY(mu_)
   std::deque<Waiter> queue_;    // GUARDED_BY(mu_)

@@ -90,6 +90,11 @@ RouterMetrics::RouterMetrics(const std::string& version, const std::string& poli
                   .Help("Requests queued in the router")
                   .Register(r)
                   .Add({});
+  running_ = &BuildGauge()
+                  .Name("tinyserve_router_requests_running")
+                  .Help("Requests holding one of the router's --max-inflight slots")
+                  .Register(r)
+                  .Add({});
   ttft_ = &BuildHistogram()
                .Name("tinyserve_router_time_to_first_token_seconds")
                .Help("Arrival at the router to first token")

@@ -55,6 +55,7 @@ class RouterMetrics {
   prometheus::Counter& lora_syncs(bool load, bool ok) { return *lora_syncs_[load][ok]; }
   prometheus::Gauge& workers() { return *workers_; }
   prometheus::Gauge& waiting() { return *waiting_; }
+  prometheus::Gauge& running() { return *running_; }
   prometheus::Histogram& ttft() { return *ttft_; }
   prometheus::Histogram& latency() { return *latency_; }
 
@@ -73,6 +74,7 @@ class RouterMetrics {
   prometheus::Counter* lora_syncs_[2][2];  // [load][ok]
   prometheus::Gauge* workers_;
   prometheus::Gauge* waiting_;
+  prometheus::Gauge* running_;
   prometheus::Histogram* ttft_;
   prometheus::Histogram* latency_;
   WorkerSeries* none_;

@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   r->registry_ = std::make_unique<WorkerRegistry>(registry, r->metrics_.get());
   r->policy_ = std::make_unique<RoutingPolicy>(options.routing);
   r->admission_ = std::make_unique<Admission>(options.max_inflight, options.max_queue,
-                                              &r->metrics_->waiting());
+                                              &r->metrics_->waiting(), &r->metrics_->running());
   r->core_.metrics = r->metrics_.get();
   r->core_.registry = r->registry_.get();
   r->core_.policy = r->policy_.get();
@@ -95,7 +95,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
       r->server_.get(),
       {options.host, options.http_port, options.http_threads, options.max_message_bytes,
        TINYSERVE_VERSION, options.api_key, options.http_tls.cert_file, options.http_tls.key_file,
-       options.tls.reload_seconds, options.tool_call_parser, options.reasoning_parser},
+       options.tls.reload_seconds, options.tool_call_parser, options.reasoning_parser,
+       options.responses_store_mb},
       r->metrics_->registry().get(), r->metrics_->registry());
   if (!http.ok()) {
     r->server_->Shutdown();

@@ -36,6 +36,7 @@ struct RouterServerOptions {
   ServerTls http_tls;       // HTTPS for the HTTP API (cert_file, key_file; reload as tls)
   std::string tool_call_parser;  // the HTTP API's (http_frontend.h)
   std::string reasoning_parser;  // the HTTP API's (http_frontend.h)
+  int responses_store_mb = 64;   // the HTTP API's (http_frontend.h)
   ClientTls worker_tls;     // how workers are dialled (enabled: TLS)
   int health_port = 0;      // plaintext grpc.health.v1 only (probes); 0 = off
   TracerOptions tracing;    // OpenTelemetry spans; endpoint empty = off

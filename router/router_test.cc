@@ -33,26 +33,31 @@ TEST(CircuitBreaker, OpensAfterFailuresAndProbesAfterCooldown) {
 
 TEST(Admission, BoundsInflightAndQueue) {
   RouterMetrics metrics("test", "round_robin");
-  Admission a(/*max_inflight=*/1, /*max_queue=*/1, &metrics.waiting());
+  Admission a(/*max_inflight=*/1, /*max_queue=*/1, &metrics.waiting(), &metrics.running());
   int admitted = 0;
   int t1, t2, t3;
   EXPECT_EQ(a.Acquire(&t1, [&] { ++admitted; }), Admission::Result::kAdmitted);
   EXPECT_EQ(a.Acquire(&t2, [&] { ++admitted; }), Admission::Result::kQueued);
   EXPECT_EQ(a.Acquire(&t3, [&] { ++admitted; }), Admission::Result::kRejected);
   EXPECT_EQ(a.waiting(), 1);
+  EXPECT_EQ(metrics.running().Value(), 1);
+  EXPECT_EQ(metrics.waiting().Value(), 1);
   a.Release();  // t2 gets the slot
   EXPECT_EQ(admitted, 1);
   EXPECT_EQ(a.inflight(), 1);
+  EXPECT_EQ(metrics.running().Value(), 1);
+  EXPECT_EQ(metrics.waiting().Value(), 0);
   EXPECT_EQ(a.Acquire(&t3, [&] { ++admitted; }), Admission::Result::kQueued);
   EXPECT_TRUE(a.Cancel(&t3));
   EXPECT_FALSE(a.Cancel(&t3));
   a.Release();
   EXPECT_EQ(a.inflight(), 0);
+  EXPECT_EQ(metrics.running().Value(), 0);
 }
 
 TEST(Admission, QueueIsByPriorityThenFifo) {
   RouterMetrics metrics("test", "round_robin");
-  Admission a(/*max_inflight=*/1, /*max_queue=*/8, &metrics.waiting());
+  Admission a(/*max_inflight=*/1, /*max_queue=*/8, &metrics.waiting(), &metrics.running());
   std::vector<char> order;
   char holder = 'h', w1 = '1', w2 = '2', w3 = '3', w4 = '4';
   EXPECT_EQ(a.Acquire(&holder, [] {}), Admission::Result::kAdmitted);
@@ -68,7 +73,7 @@ TEST(Admission, QueueIsByPriorityThenFifo) {
 
 TEST(AdmissionTicket, HoldsQueuesCancelsAndReleasesOnce) {
   RouterMetrics metrics("test", "round_robin");
-  Admission a(/*max_inflight=*/1, /*max_queue=*/2, &metrics.waiting());
+  Admission a(/*max_inflight=*/1, /*max_queue=*/2, &metrics.waiting(), &metrics.running());
   AdmissionTicket first(&a), second(&a), third(&a);
   int admitted = 0;
   EXPECT_EQ(first.Acquire([&] { ++admitted; }, 0), Admission::Result::kAdmitted);

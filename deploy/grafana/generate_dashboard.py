@@ -131,7 +131,8 @@ def build():
     b.panel("Running and waiting requests",
             [(f"sum(tinyserve_requests_running{W})", "running"),
              (f"sum(tinyserve_requests_waiting{W})", "waiting"),
-             (f"sum(tinyserve_router_requests_waiting{R})", "router waiting")])
+             (f"sum(tinyserve_router_requests_waiting{R})", "router waiting"),
+             (f"sum(tinyserve_router_requests_running{R})", "router slots held")])
     b.panel("Queue, prefill and decode time",
             [(q(0.5, W, "tinyserve_request_queue_seconds"), "queue p50"),
              (q(0.99, W, "tinyserve_request_queue_seconds"), "queue p99"),

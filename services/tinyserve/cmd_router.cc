@@ -27,13 +27,7 @@ int RunRouterCommand(const std::vector<std::string>& args) {
             "OpenAI-compatible HTTP API port: /v1/completions, /v1/chat/completions, /v1/models "
             "(0: off)");
   flags.Int("http-threads", &o.http_threads, "HTTP connections served at once");
-  flags.String("tool-call-parser", &o.tool_call_parser,
-               "hermes or llama3_json: tool_choice \"auto\" parses the output's calls in that "
-               "format (<tool_call> blocks; Llama 3's JSON objects) into tool calls (off: "
-               "\"auto\" is refused)");
-  flags.String("reasoning-parser", &o.reasoning_parser,
-               "qwen3 or deepseek_r1: a chat answer's <think> block becomes the message's "
-               "reasoning_content, streamed as delta.reasoning_content (off: left in content)");
+  RegisterHttpApiFlags(&flags, &o.tool_call_parser, &o.reasoning_parser, &o.responses_store_mb);
   RegisterServerSecurityFlags(&flags, &o.api_key, &o.tls, &o.health_port, &o.http_tls);
   RegisterTracingFlags(&flags, &o.tracing);
   flags.String("worker-tls-ca", &o.worker_tls.ca_file,

@@ -32,6 +32,10 @@ int RunGenerateClient(const std::vector<std::string>& args);
 // and --health-port: what the worker and router commands share (server_flags.cc).
 void RegisterServerSecurityFlags(FlagSet* flags, std::string* api_key, ServerTls* tls,
                                  int* health_port, ServerTls* http_tls);
+// --tool-call-parser, --reasoning-parser and --responses-store-mb: the HTTP API's settings
+// (http_frontend.h) that the worker and router commands share.
+void RegisterHttpApiFlags(FlagSet* flags, std::string* tool_call_parser,
+                          std::string* reasoning_parser, int* responses_store_mb);
 // --otlp-traces-endpoint, --trace-sample-ratio, --trace-service-name (OpenTelemetry).
 void RegisterTracingFlags(FlagSet* flags, TracerOptions* tracing);
 

@@ -29,6 +29,20 @@ void RegisterServerSecurityFlags(FlagSet* f, std::string* api_key, ServerTls* tl
          "(0: off)");
 }
 
+void RegisterHttpApiFlags(FlagSet* f, std::string* tool_call_parser, std::string* reasoning_parser,
+                          int* responses_store_mb) {
+  f->String("tool-call-parser", tool_call_parser,
+            "hermes or llama3_json: tool_choice \"auto\" parses the output's calls in that "
+            "format (<tool_call> blocks; Llama 3's JSON objects) into tool calls (off: "
+            "\"auto\" is refused)");
+  f->String("reasoning-parser", reasoning_parser,
+            "qwen3 or deepseek_r1: a chat answer's <think> block becomes the message's "
+            "reasoning_content, streamed as delta.reasoning_content (off: left in content)");
+  f->Int("responses-store-mb", responses_store_mb,
+         "MiB of memory for the Responses API's stored responses (previous_response_id, GET "
+         "/v1/responses/{id}), least recently used evicted first (0: none kept)");
+}
+
 void RegisterTracingFlags(FlagSet* f, TracerOptions* tracing) {
   // The OpenTelemetry SDKs' environment variables are the defaults.
   if (const char* e = std::getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) tracing->endpoint = e;

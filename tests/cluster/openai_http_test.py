@@ -287,6 +287,9 @@ class OpenAiHttpTest(cl.ClusterCase):
         r = self.cluster.router([w], "--max-inflight", "1", "--max-queue", "0")
         api = client(r.http_port)
         used = lambda: cl.metric(w.metrics(), "tinyserve_kv_pages_used")
+        # The router frees its slot once the worker's stream has ended, a moment after the
+        # worker freed its pages.
+        slot_free = lambda: cl.metric(r.metrics(), "tinyserve_router_requests_running") == 0
         baseline = used()
         long = dict(model="m", prompt="Once upon a time", max_tokens=1500, temperature=0,
                     extra_body={"ignore_eos": True})
@@ -304,6 +307,7 @@ class OpenAiHttpTest(cl.ClusterCase):
                         f"kv pages used {used()} != baseline {baseline}")
         text = w.metrics()
         self.assertGreater(cl.metric(text, "tinyserve_requests_total", outcome="abort") or 0, 0)
+        self.assertTrue(cl.wait_for(slot_free, 10))
         # A raw socket that sends a request and vanishes does not hurt either.
         with socket.create_connection(("127.0.0.1", r.http_port)) as s:
             body = json.dumps({"prompt": "Once", "max_tokens": 1500, "stream": True,
@@ -311,8 +315,8 @@ class OpenAiHttpTest(cl.ClusterCase):
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                       b"application/json\r\nContent-Length: " + str(len(body)).encode() +
                       b"\r\n\r\n" + body)
-            s.recv(100)
-        self.assertTrue(cl.wait_for(lambda: used() == baseline, 20))
+            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 200"))
+        self.assertTrue(cl.wait_for(lambda: used() == baseline and slot_free(), 20))
         ok = api.completions.create(model="m", prompt="Once", max_tokens=4, temperature=0)
         self.assertEqual(ok.usage.completion_tokens, 4)
 
@@ -831,7 +835,7 @@ class OpenAiHttpTest(cl.ClusterCase):
         self.assertTrue(follow.output_text)
         self.assertGreater(follow.usage.input_tokens, called.usage.input_tokens)
 
-        # What needs stored responses, and tools other than functions, are 400s naming the field.
+        # An unknown stored response, and tools other than functions, are 400s naming the field.
         for kwargs, param in (({"previous_response_id": "resp_1"}, "previous_response_id"),
                               ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
                               ({"max_output_tokens": 0}, "max_output_tokens")):
@@ -840,6 +844,72 @@ class OpenAiHttpTest(cl.ClusterCase):
             self.assertEqual(ctx.exception.body.get("param"), param)
         self.assertGreater(cl.metric(r.metrics(), "tinyserve_http_requests_total",
                                      route="responses", code="200") or 0, 0)
+
+    def test_responses_store(self):
+        import openai
+        w = self.cluster.worker("--model", cl.smollm2_model(self))
+        r = self.cluster.router([w])
+        api = client(r.http_port)
+        greedy = dict(model="m", max_output_tokens=24, temperature=0)
+
+        # A response is kept (store defaults to true) and a later request continues it by id:
+        # the model sees the earlier turn, exactly as chat sees the same messages (the first
+        # turn's instructions are not carried over, as with OpenAI's API).
+        first = api.responses.create(instructions="Be friendly.", input="My name is Ada.",
+                                     **greedy)
+        self.assertTrue(first.store)
+        second = api.responses.create(previous_response_id=first.id, input="What is my name?",
+                                      **greedy)
+        self.assertEqual(second.previous_response_id, first.id)
+        chat = api.chat.completions.create(
+            model="m", max_tokens=24, temperature=0,
+            messages=[{"role": "user", "content": "My name is Ada."},
+                      {"role": "assistant", "content": first.output_text},
+                      {"role": "user", "content": "What is my name?"}])
+        self.assertEqual(second.output_text, chat.choices[0].message.content)
+        self.assertEqual(second.usage.input_tokens, chat.usage.prompt_tokens)
+
+        # Streamed turns are kept too, before the client sees response.completed: the same
+        # continuation streams the same text, and the next turn can go on from it at once.
+        with api.responses.stream(previous_response_id=first.id, input="What is my name?",
+                                  **greedy) as stream:
+            # (get_final_response() wants response.completed; a cut answer is incomplete)
+            streamed = [e.response for e in stream
+                        if e.type in ("response.completed", "response.incomplete")][0]
+        self.assertEqual(streamed.output_text, second.output_text)
+        third = api.responses.create(previous_response_id=streamed.id, input="Thanks.", **greedy)
+        self.assertGreater(third.usage.input_tokens, second.usage.input_tokens)
+
+        # GET /v1/responses/{id} gives the response back; DELETE forgets it, and the turns
+        # after it can no longer be continued.
+        got = api.responses.retrieve(second.id)
+        self.assertEqual(got.output_text, second.output_text)
+        self.assertEqual(got.usage.output_tokens, second.usage.output_tokens)
+        api.responses.delete(first.id)
+        with self.assertRaises(openai.NotFoundError):
+            api.responses.retrieve(first.id)
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            api.responses.create(previous_response_id=second.id, input="x", **greedy)
+        self.assertEqual(ctx.exception.body.get("param"), "previous_response_id")
+        self.assertIn(first.id, ctx.exception.body["message"])
+
+        # store: false keeps nothing.
+        unkept = api.responses.create(input="Hi", store=False, **greedy)
+        self.assertFalse(unkept.store)
+        with self.assertRaises(openai.NotFoundError):
+            api.responses.retrieve(unkept.id)
+        with self.assertRaises(openai.BadRequestError):
+            api.responses.create(previous_response_id=unkept.id, input="x", **greedy)
+        self.assertEqual(cl.metric(r.metrics(), "tinyserve_http_requests_total",
+                                   route="responses_get", code="404"), 2)
+
+        # --responses-store-mb 0: nothing is kept, and continuing is refused saying why.
+        r0 = self.cluster.router([w], "--responses-store-mb", "0")
+        api0 = client(r0.http_port)
+        self.assertFalse(api0.responses.create(input="Hi", **greedy).store)
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            api0.responses.create(previous_response_id=first.id, input="x", **greedy)
+        self.assertIn("--responses-store-mb", ctx.exception.body["message"])
 
     def test_anthropic_messages(self):
         import anthropic

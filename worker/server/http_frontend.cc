@@ -272,6 +272,10 @@ HttpFrontend::HttpFrontend(const HttpFrontendOptions& options,
       channel_(std::move(channel)),
       stub_(v1::TinyServe::NewStub(channel_)),
       metrics_(std::move(metrics)) {
+  if (options.responses_store_mb > 0) {
+    responses_ = std::make_unique<openai::ResponseStore>(
+        static_cast<size_t>(options.responses_store_mb) << 20);
+  }
   if (registry != nullptr) {
     requests_ = &prometheus::BuildCounter()
                      .Name("tinyserve_http_requests_total")
@@ -297,6 +301,9 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
                                                    options.reasoning_parser,
                                                    "' is not a parser TinyServe has (qwen3, "
                                                    "deepseek_r1)"));
+  if (options.responses_store_mb < 0 || options.responses_store_mb > (1 << 20))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--responses-store-mb: ", options.responses_store_mb, " is not in [0, 1048576]"));
   std::unique_ptr<HttpFrontend> f(
       new HttpFrontend(options, std::move(channel), registry, std::move(metrics)));
   mg_init_library(0);
@@ -399,11 +406,14 @@ int HttpFrontend::Route(mg_connection* conn) {
     const char* label;  // of tinyserve_http_requests_total
     bool open;          // served without the API key
     Handler handler;
+    bool prefix = false;  // path is a prefix: "/v1/responses/" serves "/v1/responses/{id}"
   };
   static constexpr RouteSpec kRoutes[] = {
       {"/v1/completions", "POST", "completions", false, &HttpFrontend::Completions},
       {"/v1/chat/completions", "POST", "chat_completions", false, &HttpFrontend::ChatCompletions},
       {"/v1/responses", "POST", "responses", false, &HttpFrontend::Responses},
+      {"/v1/responses/", "GET", "responses_get", false, &HttpFrontend::GetResponse, true},
+      {"/v1/responses/", "DELETE", "responses_delete", false, &HttpFrontend::DeleteResponse, true},
       {"/v1/messages", "POST", "messages", false, &HttpFrontend::Messages},
       {"/v1/messages/count_tokens", "POST", "count_tokens", false, &HttpFrontend::CountTokens},
       {"/v1/models", "GET", "models", false, &HttpFrontend::Models},
@@ -423,7 +433,10 @@ int HttpFrontend::Route(mg_connection* conn) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   const RouteSpec* route = nullptr;
   for (const RouteSpec& r : kRoutes) {
-    if (path == r.path) route = &r;
+    const std::string_view p = r.path;
+    const bool match =
+        r.prefix ? path.size() > p.size() && path.compare(0, p.size(), p) == 0 : path == p;
+    if (match && (route == nullptr || method == r.method)) route = &r;  // same method first
   }
 
   auto serve = [&]() -> int {
@@ -544,6 +557,33 @@ int HttpFrontend::Responses(mg_connection* conn, const std::string& body) {
   return Generate(conn, openai::Endpoint::kResponses, body);
 }
 
+// The {id} of /v1/responses/{id}.
+std::string ResponseIdOf(mg_connection* conn) {
+  std::string path = mg_get_request_info(conn)->local_uri;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path.substr(std::string_view("/v1/responses/").size());
+}
+
+int ResponseNotFound(mg_connection* conn, const std::string& id) {
+  return SendError(conn, 404,
+                   absl::StrCat("no stored response '", id.substr(0, 100),
+                                "' (never stored, deleted or evicted)"),
+                   "invalid_request_error");
+}
+
+int HttpFrontend::GetResponse(mg_connection* conn, const std::string&) {
+  const std::string id = ResponseIdOf(conn);
+  std::optional<std::string> response = responses_ != nullptr ? responses_->Get(id) : std::nullopt;
+  if (!response.has_value()) return ResponseNotFound(conn, id);
+  return SendBody(conn, 200, *response);
+}
+
+int HttpFrontend::DeleteResponse(mg_connection* conn, const std::string&) {
+  const std::string id = ResponseIdOf(conn);
+  if (responses_ == nullptr || !responses_->Delete(id)) return ResponseNotFound(conn, id);
+  return SendBody(conn, 200, Dump({{"id", id}, {"object", "response"}, {"deleted", true}}));
+}
+
 int HttpFrontend::Messages(mg_connection* conn, const std::string& body) {
   return Generate(conn, openai::Endpoint::kMessages, body);
 }
@@ -565,7 +605,7 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
   absl::StatusOr<openai::ParsedRequest> parsed;
   switch (endpoint) {
     case openai::Endpoint::kResponses:
-      parsed = openai::ParseResponsesRequest(body, *model, request_id);
+      parsed = openai::ParseResponsesRequest(body, *model, request_id, responses_.get());
       break;
     case openai::Endpoint::kMessages:
       parsed = openai::ParseMessagesRequest(body, *model, request_id);
@@ -577,10 +617,17 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
   const std::string& call_id = parsed->calls.front().request_id();
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   std::unique_ptr<openai::AnswerBuilder> builder;
+  openai::ResponsesBuilder* responses = nullptr;
   switch (endpoint) {
-    case openai::Endpoint::kResponses:
-      builder = std::make_unique<openai::ResponsesBuilder>(*parsed, "resp_" + call_id, created);
+    case openai::Endpoint::kResponses: {
+      // Not the request id (a client may choose that): a stored response is fetched by its id.
+      std::random_device rd;
+      const std::string id = absl::StrFormat("resp_%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+      auto b = std::make_unique<openai::ResponsesBuilder>(*parsed, id, created);
+      responses = b.get();
+      builder = std::move(b);
       break;
+    }
     case openai::Endpoint::kMessages:
       builder = std::make_unique<openai::MessagesBuilder>(*parsed, "msg_" + call_id);
       break;
@@ -639,13 +686,24 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
     // The gRPC form keeps the field a worker's message names as "param".
     return anthropic ? SendAnthropicError(conn, ToAbslStatus(*failure)) : SendError(conn, *failure);
   }
+  const std::string end = parsed->stream ? builder->StreamEnd() : builder->Body();
+  if (responses != nullptr && parsed->responses["store"] == true) {
+    // Kept before the client reads the answer, so that it can continue it at once.
+    const openai::Json& response = responses->Final();
+    if (response.is_object() && response["status"] != "failed") {
+      const openai::Json& previous = parsed->responses["previous_response_id"];
+      responses_->Put(response["id"].get<std::string>(),
+                      previous.is_string() ? previous.get<std::string>() : "",
+                      parsed->responses_input, response);
+    }
+  }
   if (parsed->stream) {
     if (!headers_sent) mg_send_http_ok(conn, "text/event-stream", -1);
-    SendChunk(conn, builder->StreamEnd());
+    SendChunk(conn, end);
     mg_send_chunk(conn, "", 0);
     return 200;
   }
-  return SendBody(conn, 200, builder->Body());
+  return SendBody(conn, 200, end);
 }
 
 int HttpFrontend::Models(mg_connection* conn, const std::string&) {

@@ -41,6 +41,7 @@
 #include "prometheus/registry.h"
 #include "tinyserve/v1/tinyserve.grpc.pb.h"
 #include "worker/server/openai_api.h"
+#include "worker/server/response_store.h"
 #include "worker/server/tls_terminator.h"
 
 struct mg_context;
@@ -67,6 +68,10 @@ struct HttpFrontendOptions {
   // "qwen3" or "deepseek_r1": a chat answer's <think> block becomes the message's
   // reasoning_content (vLLM's --reasoning-parser). Empty: the output is content as it is.
   std::string reasoning_parser;
+  // Memory for the Responses API's stored responses (store: true; previous_response_id,
+  // GET/DELETE /v1/responses/{id}; response_store.h), least recently used evicted first.
+  // 0: none kept.
+  int responses_store_mb = 64;
 };
 
 class HttpFrontend {
@@ -102,6 +107,9 @@ class HttpFrontend {
   int Completions(mg_connection* conn, const std::string& body);
   int ChatCompletions(mg_connection* conn, const std::string& body);
   int Responses(mg_connection* conn, const std::string& body);
+  // GET and DELETE /v1/responses/{id}: a stored response.
+  int GetResponse(mg_connection* conn, const std::string& body);
+  int DeleteResponse(mg_connection* conn, const std::string& body);
   int Messages(mg_connection* conn, const std::string& body);
   int CountTokens(mg_connection* conn, const std::string& body);
   int Models(mg_connection* conn, const std::string& body);
@@ -131,6 +139,7 @@ class HttpFrontend {
   int port_ = 0;
   std::unique_ptr<TlsTerminator> tls_;  // HTTPS in front of civetweb, when configured
   std::atomic<uint64_t> next_id_{0};
+  std::unique_ptr<openai::ResponseStore> responses_;  // null: responses_store_mb 0
   std::atomic<int> active_{0};  // requests being answered (Handle)
 
   // The gate of BeginShutdown: a CallScope (http_frontend.cc) holds it while a call is made.

@@ -111,6 +111,9 @@ struct ParsedRequest {
   // kResponses: the request fields the response object echoes (instructions, tools, text,
   // metadata, ...; openai_responses.h).
   Json responses;
+  // kResponses: this request's input items (a string input as one user message), what the
+  // response store keeps beside the response.
+  Json responses_input;
 };
 
 // Deepest nesting of objects and arrays a body may have (checked before parsing).

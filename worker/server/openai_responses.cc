@@ -41,24 +41,24 @@ absl::StatusOr<std::string> TextOf(const json& content, const std::string& at) {
   return absl::StrJoin(parts, "\n");
 }
 
-// instructions and input as chat messages.
-absl::Status Messages(const json& root, json* messages) {
-  if (auto it = root.find("instructions"); it != root.end() && !it->is_null()) {
-    if (!it->is_string()) return Bad("instructions", "must be a string");
-    messages->push_back({{"role", "system"}, {"content", *it}});
-  }
+// The request's input as a list of items (a string is one user message).
+absl::StatusOr<json> InputItems(const json& root) {
   auto input = root.find("input");
   if (input == root.end() || input->is_null()) return Bad("input", "is required");
   if (input->is_string()) {
-    messages->push_back({{"role", "user"}, {"content", *input}});
-    return absl::OkStatus();
+    return json::array({{{"type", "message"}, {"role", "user"}, {"content", *input}}});
   }
   if (!input->is_array() || input->empty()) {
     return Bad("input", "must be a string or a non-empty list of items");
   }
-  for (size_t i = 0; i < input->size(); ++i) {
-    const json& item = (*input)[i];
-    const std::string at = absl::StrCat("input[", i, "]");
+  return *input;
+}
+
+// Input items as chat messages, appended to *messages; errors name them field[i].
+absl::Status AddItems(const json& items, const std::string& field, json* messages) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const json& item = items[i];
+    const std::string at = absl::StrCat(field, "[", i, "]");
     if (!item.is_object()) return Bad(at, "must be an object");
     const std::string type = StringField(item, "type");
     if (type.empty() || type == "message") {
@@ -211,13 +211,16 @@ std::string StatusOf(const std::string& finish) {
 }  // namespace
 
 absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const ServedModel& model,
-                                                    const std::string& request_id) {
+                                                    const std::string& request_id,
+                                                    ResponseStore* store) {
   TS_ASSIGN_OR_RETURN(const json root, ParseBody(body));
   Fields f(root, "");
-  const std::string kNoStore =
-      "is not supported: this server stores no responses; send the whole conversation as input";
-  f.RejectUnless("previous_response_id", false, kNoStore);
-  f.RejectUnless("conversation", false, kNoStore);
+  f.RejectUnless("previous_response_id", store != nullptr,
+                 "needs stored responses, which this server does not keep (--responses-store-mb "
+                 "0): send the whole conversation as input");
+  f.RejectUnless("conversation", false,
+                 "is not supported (the Conversations API is not served): continue a response "
+                 "with previous_response_id, or send the whole conversation as input");
   f.RejectUnless("background", !f.Bool("background").value_or(false), "is not supported");
   f.RejectUnless("prompt", false, "is not supported (reusable prompts are stored by OpenAI)");
   f.RejectUnless("truncation", f.String("truncation").value_or("") == "disabled",
@@ -234,7 +237,8 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
   const std::optional<int64_t> top_logprobs = f.Integer("top_logprobs", 0, 20);
   f.Integer("max_tool_calls", 1, 128);  // echoed; MaxCalls() reads it
   const std::optional<bool> parallel = f.Bool("parallel_tool_calls");
-  f.Bool("store");  // accepted, nothing is stored
+  const bool keep = f.Bool("store").value_or(true) && store != nullptr;
+  const std::optional<std::string> previous = f.String("previous_response_id");
   bool want_logprobs = top_logprobs.has_value();
   if (const json* include = f.Get("include")) {
     if (!include->is_array()) return Bad("include", "must be a list of strings");
@@ -262,8 +266,20 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
   for (const char* key : kChatExtras) {
     if (auto it = root.find(key); it != root.end()) chat[key] = *it;
   }
+  // Instructions, then the conversation continued (its own instructions are not carried
+  // over), then this request's input.
   json messages = json::array();
-  TS_RETURN_IF_ERROR(Messages(root, &messages));
+  if (auto it = root.find("instructions"); it != root.end() && !it->is_null()) {
+    if (!it->is_string()) return Bad("instructions", "must be a string");
+    messages.push_back({{"role", "system"}, {"content", *it}});
+  }
+  if (previous.has_value()) {
+    auto history = store->Conversation(*previous);
+    if (!history.ok()) return Bad("previous_response_id", history.status().message());
+    TS_RETURN_IF_ERROR(AddItems(*history, "previous_response_id", &messages));
+  }
+  TS_ASSIGN_OR_RETURN(json input, InputItems(root));
+  TS_RETURN_IF_ERROR(AddItems(input, "input", &messages));
   chat["messages"] = std::move(messages);
   TS_RETURN_IF_ERROR(Tools(root, &chat));
   TS_RETURN_IF_ERROR(TextFormat(root, &chat));
@@ -276,6 +292,7 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
   if (!parsed.ok()) return RenamedField(parsed.status(), ResponsesField);
   ParsedRequest out = *std::move(parsed);
   out.endpoint = Endpoint::kResponses;
+  out.responses_input = std::move(input);
 
   auto echo = [&](const char* key, json fallback) {
     auto it = root.find(key);
@@ -291,10 +308,10 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
                    {"max_tool_calls", echo("max_tool_calls", nullptr)},
                    {"metadata", std::move(metadata)},
                    {"parallel_tool_calls", parallel.value_or(true)},
-                   {"previous_response_id", nullptr},
+                   {"previous_response_id", previous.has_value() ? json(*previous) : json()},
                    {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
                    {"service_tier", echo("service_tier", "default")},
-                   {"store", false},
+                   {"store", keep},
                    {"temperature", echo("temperature", 1.0)},
                    {"text", {{"format", std::move(format)}}},
                    {"tool_choice", echo("tool_choice", "auto")},
@@ -418,8 +435,9 @@ std::string ResponsesBuilder::Body() const {
     for (size_t k = 0; k < n; ++k)
       output.push_back(CallItem(message["tool_calls"][k], "completed"));
   }
-  return Dump(ResponseObject(StatusOf(finish), finish, std::move(output), UsageOf(chat["usage"]),
-                             choice["tinyserve"]));
+  final_ = ResponseObject(StatusOf(finish), finish, std::move(output), UsageOf(chat["usage"]),
+                          choice["tinyserve"]);
+  return Dump(final_);
 }
 
 void ResponsesBuilder::Emit(const std::string& type, json fields) {
@@ -559,9 +577,9 @@ std::string ResponsesBuilder::StreamEnd() {
   if (output_.empty()) OpenMessage();  // an empty answer is an empty message
   CloseMessage();
   const std::string status = StatusOf(finish_);
+  final_ = ResponseObject(status, finish_, output_, UsageOf(chat_.Usage()), chat_.Stats(0));
   Emit(status == "completed" ? "response.completed" : "response.incomplete",
-       {{"response",
-         ResponseObject(status, finish_, output_, UsageOf(chat_.Usage()), chat_.Stats(0))}});
+       {{"response", final_}});
   return Flush();
 }
 

@@ -1,10 +1,13 @@
 // File: worker/server/openai_responses.h
-// OpenAI's Responses API (POST /v1/responses), served as vLLM and llama.cpp's server serve it:
-// statelessly, on top of chat completions. A body is translated into a chat request (input
-// items into messages, instructions into a leading system message, flat function tools into
-// chat tools, text.format into response_format, max_output_tokens into
-// max_completion_tokens), checked by the chat parser, and the chat answer is turned back into
-// a response object, or into the Responses API's typed server-sent events when streamed.
+// OpenAI's Responses API (POST /v1/responses), served as vLLM serves it: on top of chat
+// completions. A body is translated into a chat request (input items into messages,
+// instructions into a leading system message, flat function tools into chat tools,
+// text.format into response_format, max_output_tokens into max_completion_tokens), checked by
+// the chat parser, and the chat answer is turned back into a response object, or into the
+// Responses API's typed server-sent events when streamed. With a ResponseStore, responses are
+// kept (store, default true) and previous_response_id continues one: its conversation's items
+// (response_store.h) come before this request's input, and its instructions are not carried
+// over (OpenAI's rule).
 //
 // Request fields: model, input (a string, or a list of items: messages {"role", "content"}
 // with roles user, system, developer or assistant and content a string or a list of
@@ -13,13 +16,13 @@
 // stream, text.format (text, json_object, json_schema), tools (function tools), tool_choice
 // ("none", "auto", "required", {"type": "function", "name"}), parallel_tool_calls and
 // max_tool_calls (the calls answered are cut to one, or to the maximum), top_logprobs and
-// include "message.output_text.logprobs", metadata (echoed), store (accepted; nothing is
-// stored: the response says "store": false), user, safety_identifier, prompt_cache_key,
+// include "message.output_text.logprobs", metadata (echoed), store (the response says whether
+// it was kept), previous_response_id, user, safety_identifier, prompt_cache_key,
 // service_tier, stream_options (ignored); vLLM's sampling extras as in chat (seed, top_k,
 // min_p, stop, selection, priority, cache_salt, structured_outputs, ...). Refused unless
-// neutral: previous_response_id and conversation (no response is stored: send the whole
-// conversation as input), background, prompt, truncation "auto", reasoning with an effort,
-// item_reference items, and input parts or tools other than text and functions.
+// neutral: conversation (the Conversations API is not served), background, prompt,
+// truncation "auto", reasoning with an effort, item_reference items, and input parts or tools
+// other than text and functions; previous_response_id without a store.
 //
 // Errors name the Responses field ("input[1].content[0]", "tools[0].parameters",
 // "max_output_tokens"), as the chat parser's name the chat field.
@@ -33,13 +36,16 @@
 
 #include "absl/status/statusor.h"
 #include "worker/server/openai_api.h"
+#include "worker/server/response_store.h"
 
 namespace tinyserve::openai {
 
 // Parses and checks a /v1/responses body into one chat call (endpoint kResponses; the echoed
-// request fields in ParsedRequest::responses).
+// request fields in ParsedRequest::responses). `store`: where previous_response_id is looked
+// up (null: responses are not kept, previous_response_id is refused, "store" is false).
 absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const ServedModel& model,
-                                                    const std::string& request_id);
+                                                    const std::string& request_id,
+                                                    ResponseStore* store = nullptr);
 
 // The answer: a response object {"object": "response", "output": [message and function_call
 // items], "usage": {"input_tokens", ...}}, or, streamed, events "event: TYPE\ndata: {...}\n\n":
@@ -56,6 +62,9 @@ class ResponsesBuilder final : public AnswerBuilder {
   std::string OnFailure(int index, const grpc::Status& status) override;
   std::string StreamEnd() override;
   std::string Body() const override;
+  // The response object Body() or StreamEnd() returned last (null before): what the store
+  // keeps.
+  const Json& Final() const { return final_; }
 
  private:
   // The response object with the given status, the chat finish_reason and output (usage
@@ -99,6 +108,7 @@ class ResponsesBuilder final : public AnswerBuilder {
   size_t calls_ = 0;
   std::string finish_;  // the chat finish_reason
   std::optional<grpc::Status> failure_;
+  mutable Json final_;  // Final()
 };
 
 }  // namespace tinyserve::openai

@@ -92,7 +92,7 @@ TEST(ResponsesParse, InputItemsBecomeChatMessages) {
   EXPECT_EQ(r.model, "m");
   EXPECT_EQ(r.responses["instructions"], "Be brief.");
   EXPECT_EQ(r.responses["metadata"]["k"], "v");
-  EXPECT_EQ(r.responses["store"], false);  // nothing is kept
+  EXPECT_EQ(r.responses["store"], false);  // no store given: nothing is kept
   EXPECT_EQ(r.responses["top_logprobs"], 2);
   EXPECT_EQ(r.responses["text"]["format"]["type"], "text");
 }

@@ -107,7 +107,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
       w->server_.get(),
       {options.host, options.http_port, options.http_threads, options.max_message_bytes,
        TINYSERVE_VERSION, options.api_key, options.http_tls.cert_file, options.http_tls.key_file,
-       options.tls.reload_seconds, options.tool_call_parser, options.reasoning_parser},
+       options.tls.reload_seconds, options.tool_call_parser, options.reasoning_parser,
+       options.responses_store_mb},
       w->metrics_->registry(), w->metrics_->collectable());
   if (!http.ok()) {
     w->server_->Shutdown();

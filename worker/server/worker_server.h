@@ -49,6 +49,7 @@ struct WorkerServerOptions {
   ServerTls http_tls;  // HTTPS for the HTTP API (cert_file, key_file; reload as tls)
   std::string tool_call_parser;           // the HTTP API's (http_frontend.h)
   std::string reasoning_parser;           // the HTTP API's (http_frontend.h)
+  int responses_store_mb = 64;            // the HTTP API's (http_frontend.h)
   // LoadLoraAdapter / UnloadLoraAdapter (and the HTTP routes) are served: a caller may make the
   // worker read any adapter file it can see, so it is off unless asked for (vLLM's
   // VLLM_ALLOW_RUNTIME_LORA_UPDATING).
