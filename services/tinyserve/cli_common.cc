@@ -8,6 +8,20 @@
 #include "common/status.h"
 
 namespace tinyserve {
+namespace {
+
+// The whole file; NotFound naming `flag` when it cannot be opened.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, const char* flag) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat(flag, ": cannot open ", path));
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+}  // namespace
 
 void EngineFlags::Register(FlagSet* f) {
   options.model_path = DefaultModelPath();
@@ -20,6 +34,9 @@ void EngineFlags::Register(FlagSet* f) {
             "replace the model's RoPE scaling with a JSON object as config.json's rope_scaling, "
             "e.g. '{\"rope_type\":\"yarn\",\"factor\":4.0,"
             "\"original_max_position_embeddings\":32768}' (YaRN: Qwen2.5 / Qwen3 past 32K)");
+  f->String("chat-template", &chat_template,
+            "the chat template to render chat requests with instead of the model's: a Jinja "
+            "file, or the template itself (vLLM's and llama.cpp's --chat-template)");
   f->Int("max-batch", &options.max_batch, "sequences decoded together");
   f->String("device", &options.device, "where the model runs: cpu or cuda");
   f->Int("kv-device-pages", &options.cuda_device_pages,
@@ -62,6 +79,19 @@ SelectionSpec EngineFlags::Selection() const {
 absl::StatusOr<EngineOptions> EngineFlags::Build() const {
   EngineOptions o = options;
   o.default_selection = Selection();
+  if (!chat_template.empty()) {
+    // vLLM's rule: a file when one is there, else the text itself if it looks like a template.
+    if (FileExists(chat_template)) {
+      TS_ASSIGN_OR_RETURN(o.chat_template, ReadTextFile(chat_template, "--chat-template"));
+    } else if (chat_template.find_first_of("{}\n") != std::string::npos) {
+      o.chat_template = chat_template;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--chat-template: '", chat_template,
+                                                     "' is neither a file nor a Jinja template"));
+    }
+    if (o.chat_template.empty())
+      return absl::InvalidArgumentError("--chat-template: the template is empty");
+  }
   for (const std::string& flag : loras) {
     LoraModule m;
     TS_RETURN_IF_ERROR(ParseLoraFlag(flag, &m.name, &m.path));
@@ -102,13 +132,7 @@ absl::StatusOr<SamplingParams> SamplingFlags::Build() const {
   SamplingParams p = params;
   if (!grammar_file.empty()) {
     if (!p.grammar.empty()) return absl::InvalidArgumentError("give --grammar or --grammar-file");
-    std::FILE* f = std::fopen(grammar_file.c_str(), "rb");
-    if (f == nullptr) {
-      return absl::NotFoundError(absl::StrCat("--grammar-file: cannot open ", grammar_file));
-    }
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) p.grammar.append(buf, n);
-    std::fclose(f);
+    TS_ASSIGN_OR_RETURN(p.grammar, ReadTextFile(grammar_file, "--grammar-file"));
     if (p.grammar.empty()) return absl::InvalidArgumentError("--grammar-file: the file is empty");
   }
   if (seed >= 0) {

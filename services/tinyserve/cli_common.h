@@ -20,9 +20,12 @@ struct EngineFlags {
   int oracle_every = 0;
   std::string gqa;  // quest: max | sum
   std::vector<std::string> loras;  // --lora NAME=PATH
+  std::string chat_template;       // a file, or the template itself
   void Register(FlagSet* flags);
-  // Copies the selection flags into options.default_selection and the parsed --lora flags into
-  // options.loras; InvalidArgument for a malformed --lora.
+  // Copies the selection flags into options.default_selection, the parsed --lora flags into
+  // options.loras and --chat-template's Jinja source into options.chat_template;
+  // InvalidArgument for a malformed --lora or a --chat-template that is neither a file nor a
+  // template.
   absl::StatusOr<EngineOptions> Build() const;
   SelectionSpec Selection() const;
 };

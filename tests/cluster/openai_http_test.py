@@ -1104,6 +1104,45 @@ class OpenAiHttpTest(cl.ClusterCase):
             self.assertIsInstance(person, Person)
             self.assertIsInstance(person.home, Address)
 
+    def test_chat_template_flag(self):
+        # --chat-template replaces the model's template, given as a file or inline (vLLM's
+        # rule): chat prompts are rendered with it.
+        template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+                    "{% if add_generation_prompt %}<assistant>{% endif %}")
+        path = os.path.join(self.cluster.log_dir, "template.jinja")
+        with open(path, "w") as f:
+            f.write(template)
+        messages = [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Once upon a time"}]
+        want = "<system>Be brief.\n<user>Once upon a time\n<assistant>"
+        for given in (path, template):
+            w = self.cluster.worker("--chat-template", given)
+            r = self.cluster.router([w])
+            status, chat = post(r.http_port, "/tokenize", {"messages": messages})
+            self.assertEqual(status, 200, chat)
+            status, plain = post(r.http_port, "/tokenize", {"prompt": want,
+                                                            "add_special_tokens": False})
+            self.assertEqual(chat["tokens"], plain["tokens"])
+            status, out = post(r.http_port, "/v1/chat/completions",
+                               {"messages": messages, "max_tokens": 3, "temperature": 0})
+            self.assertEqual((status, out["usage"]["prompt_tokens"]), (200, plain["count"]), out)
+            r.stop()
+            w.stop()
+        # Without it, the model's own template renders something else.
+        w = self.cluster.worker()
+        r = self.cluster.router([w])
+        self.assertNotEqual(post(r.http_port, "/tokenize", {"messages": messages})[1]["tokens"],
+                            plain["tokens"])
+        # A template outside the Jinja subset, or a word that is neither a file nor a
+        # template, stops the process with the flag named.
+        for bad, needle in (("{% for m in %}", "--chat-template: "),
+                            ("no-such-template.jinja", "neither a file nor a Jinja template")):
+            p = subprocess.run([self.binary, "generate", "--model", self.cluster.model, "--chat",
+                                "--prompt", "Hi", "--max-tokens", "1", "--chat-template", bad],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn(needle, p.stderr)
+
     def test_continue_final_message(self):
         import openai
         w = self.cluster.worker("--model", cl.smollm2_model(self))

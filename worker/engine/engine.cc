@@ -1113,7 +1113,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   }
   TS_ASSIGN_OR_RETURN(impl->source, OpenWeightSource(options.model_path));
   TS_ASSIGN_OR_RETURN(impl->source, WithRopeScaling(std::move(impl->source), options.rope_scaling));
-  TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(impl->source->tokenizer_data()));
+  TokenizerData tok_data = impl->source->tokenizer_data();
+  if (!options.chat_template.empty()) {
+    tok_data.chat_template = options.chat_template;
+    if (absl::Status s = CheckChatTemplate(tok_data); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--chat-template: ", s.message()));
+  }
+  TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(tok_data));
   impl->token_table = MakeTokenTable(*impl->tok);
   for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {
     if (impl->token_table->kind[id] == TokenTable::kEnd) impl->eog_ids.push_back(id);

@@ -54,6 +54,9 @@ struct EngineOptions {
   // Replaces the model's RoPE scaling: a rope_scaling JSON object as config.json holds it
   // (vLLM's --rope-scaling), e.g. YaRN for Qwen2.5 / Qwen3 past 32K; empty: the model's.
   std::string rope_scaling;
+  // Replaces the model's chat template (Jinja source; vLLM's --chat-template): it must be
+  // within the Jinja subset (worker/tokenizer/jinja.h), else Create fails. Empty: the model's.
+  std::string chat_template;
   int max_batch = 16;            // running sequences per step
   int max_step_tokens = 512;     // prefill chunk budget per step (chunked prefill)
   int max_queue = 256;           // waiting beyond free batch slots before RESOURCE_EXHAUSTED

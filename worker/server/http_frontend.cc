@@ -557,6 +557,8 @@ int HttpFrontend::Responses(mg_connection* conn, const std::string& body) {
   return Generate(conn, openai::Endpoint::kResponses, body);
 }
 
+namespace {
+
 // The {id} of /v1/responses/{id}.
 std::string ResponseIdOf(mg_connection* conn) {
   std::string path = mg_get_request_info(conn)->local_uri;
@@ -571,8 +573,14 @@ int ResponseNotFound(mg_connection* conn, const std::string& id) {
                    "invalid_request_error");
 }
 
+}  // namespace
+
 int HttpFrontend::GetResponse(mg_connection* conn, const std::string&) {
   const std::string id = ResponseIdOf(conn);
+  if (id.find('/') != std::string::npos) {
+    return SendError(conn, 404, "only GET /v1/responses/{id} is served (not .../input_items)",
+                     "not_found_error");
+  }
   std::optional<std::string> response = responses_ != nullptr ? responses_->Get(id) : std::nullopt;
   if (!response.has_value()) return ResponseNotFound(conn, id);
   return SendBody(conn, 200, *response);
@@ -621,9 +629,11 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
   switch (endpoint) {
     case openai::Endpoint::kResponses: {
       // Not the request id (a client may choose that): a stored response is fetched by its id.
+      // Its items' ids (msg_..., rs_...) have their own random bits.
       std::random_device rd;
       const std::string id = absl::StrFormat("resp_%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-      auto b = std::make_unique<openai::ResponsesBuilder>(*parsed, id, created);
+      auto b = std::make_unique<openai::ResponsesBuilder>(
+          *parsed, id, created, absl::StrFormat("%08x%08x%08x%08x", rd(), rd(), rd(), rd()));
       responses = b.get();
       builder = std::move(b);
       break;

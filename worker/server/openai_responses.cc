@@ -115,8 +115,8 @@ absl::Status AddItems(const json& items, const std::string& field, json* message
         messages->push_back({{"role", "assistant"}, {"content", ""}, {"reasoning_content", text}});
     } else if (type == "item_reference") {
       return Bad(at,
-                 "item references need stored responses, which this server does not keep: "
-                 "send the items themselves");
+                 "item references are not supported: send the items themselves, or continue a "
+                 "stored response with previous_response_id");
     } else {
       return Bad(at + ".type", absl::StrCat("\"", type.substr(0, 40),
                                             "\" is not supported (message, function_call, "
@@ -239,6 +239,8 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
   const std::optional<bool> parallel = f.Bool("parallel_tool_calls");
   const bool keep = f.Bool("store").value_or(true) && store != nullptr;
   const std::optional<std::string> previous = f.String("previous_response_id");
+  f.RejectUnless("previous_response_id", !previous.has_value() || !previous->empty(),
+                 "must not be empty");
   bool want_logprobs = top_logprobs.has_value();
   if (const json* include = f.Get("include")) {
     if (!include->is_array()) return Bad("include", "must be a list of strings");
@@ -323,10 +325,12 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
   return out;
 }
 
-ResponsesBuilder::ResponsesBuilder(const ParsedRequest& request, std::string id, int64_t created)
+ResponsesBuilder::ResponsesBuilder(const ParsedRequest& request, std::string id, int64_t created,
+                                   std::string item_suffix)
     : chat_request_(AsChatRequest(request)),
       chat_(chat_request_, id, created),
       id_(std::move(id)),
+      item_suffix_(item_suffix.empty() ? id_.substr(id_.find('_') + 1) : std::move(item_suffix)),
       created_(created) {}
 
 size_t ResponsesBuilder::MaxCalls() const {
@@ -362,9 +366,7 @@ json ResponsesBuilder::ResponseObject(const std::string& status, const std::stri
   return r;
 }
 
-std::string ResponsesBuilder::MessageId() const {
-  return absl::StrCat("msg_", id_.substr(id_.find('_') + 1));
-}
+std::string ResponsesBuilder::MessageId() const { return absl::StrCat("msg_", item_suffix_); }
 
 json ResponsesBuilder::MessageItem(const std::string& text, const json& logprobs,
                                    const std::string& status) const {
@@ -379,9 +381,7 @@ json ResponsesBuilder::MessageItem(const std::string& text, const json& logprobs
           {"content", json::array({std::move(part)})}};
 }
 
-std::string ResponsesBuilder::ReasoningId() const {
-  return absl::StrCat("rs_", id_.substr(id_.find('_') + 1));
-}
+std::string ResponsesBuilder::ReasoningId() const { return absl::StrCat("rs_", item_suffix_); }
 
 json ResponsesBuilder::ReasoningItem(const std::string& text, const std::string& status) const {
   return {{"id", ReasoningId()},

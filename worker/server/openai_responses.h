@@ -16,11 +16,11 @@
 // stream, text.format (text, json_object, json_schema), tools (function tools), tool_choice
 // ("none", "auto", "required", {"type": "function", "name"}), parallel_tool_calls and
 // max_tool_calls (the calls answered are cut to one, or to the maximum), top_logprobs and
-// include "message.output_text.logprobs", metadata (echoed), store (the response says whether
-// it was kept), previous_response_id, user, safety_identifier, prompt_cache_key,
-// service_tier, stream_options (ignored); vLLM's sampling extras as in chat (seed, top_k,
-// min_p, stop, selection, priority, cache_salt, structured_outputs, ...). Refused unless
-// neutral: conversation (the Conversations API is not served), background, prompt,
+// include "message.output_text.logprobs", metadata (echoed), store (false in the response
+// when there is no store to keep it in), previous_response_id, user, safety_identifier,
+// prompt_cache_key, service_tier, stream_options (ignored); vLLM's sampling extras as in chat
+// (seed, top_k, min_p, stop, selection, priority, cache_salt, structured_outputs, ...). Refused
+// unless neutral: conversation (the Conversations API is not served), background, prompt,
 // truncation "auto", reasoning with an effort, item_reference items, and input parts or tools
 // other than text and functions; previous_response_id without a store.
 //
@@ -55,8 +55,11 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
 // after an "error" event). No "[DONE]" (OpenAI sends none on this route).
 class ResponsesBuilder final : public AnswerBuilder {
  public:
-  // `request` from ParseResponsesRequest; `id` the response's ("resp_...").
-  ResponsesBuilder(const ParsedRequest& request, std::string id, int64_t created);
+  // `request` from ParseResponsesRequest; `id` the response's ("resp_..."); item_suffix ends
+  // the output items' ids ("msg_SUFFIX"; empty: the id's part after "resp_"), which must not
+  // give away a stored response's id.
+  ResponsesBuilder(const ParsedRequest& request, std::string id, int64_t created,
+                   std::string item_suffix = "");
 
   std::string OnResponse(int index, const tinyserve::v1::GenerateResponse& response) override;
   std::string OnFailure(int index, const grpc::Status& status) override;
@@ -94,6 +97,7 @@ class ResponsesBuilder final : public AnswerBuilder {
   ParsedRequest chat_request_;  // the request as chat (endpoint kChat)
   ResponseBuilder chat_;
   std::string id_;
+  std::string item_suffix_;
   int64_t created_;
   // Streamed state.
   std::string pending_;  // events not yet returned

@@ -9,19 +9,27 @@ namespace tinyserve::openai {
 
 using json = nlohmann::ordered_json;
 
-void ResponseStore::Put(const std::string& id, const std::string& previous_id, const json& input,
+bool ResponseStore::Put(const std::string& id, const std::string& previous_id, const json& input,
                         const json& response) {
-  auto text = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  auto text = [](const json& j) {
+    return std::make_shared<const std::string>(
+        j.dump(-1, ' ', false, json::error_handler_t::replace));
+  };
   Entry entry{previous_id, text(input), text(response), {}};
   const size_t size = entry.bytes() + id.size();
-  if (size > max_bytes_) return;
+  if (size > max_bytes_) return false;
   std::lock_guard<std::mutex> lock(mu_);
+  // The turns it continues are in use again: they go after it in the eviction order.
+  size_t steps = 0;
+  for (const Entry* e = Touch(previous_id); e != nullptr && ++steps <= entries_.size();)
+    e = Touch(e->previous_id);
   if (auto it = entries_.find(id); it != entries_.end()) Erase(it);
   while (bytes_ + size > max_bytes_ && !order_.empty()) Erase(entries_.find(order_.back()));
   order_.push_front(id);
   entry.order = order_.begin();
   entries_.emplace(id, std::move(entry));
   bytes_ += size;
+  return true;
 }
 
 ResponseStore::Entry* ResponseStore::Touch(const std::string& id) {
@@ -38,35 +46,42 @@ void ResponseStore::Erase(std::unordered_map<std::string, Entry>::iterator it) {
 }
 
 absl::StatusOr<json> ResponseStore::Conversation(const std::string& id) {
-  std::vector<const Entry*> chain;  // newest first
-  std::lock_guard<std::mutex> lock(mu_);
-  for (std::string at = id; !at.empty();) {
-    const Entry* e = Touch(at);
-    if (e == nullptr) {
-      return absl::NotFoundError(
-          at == id
-              ? absl::StrCat("no stored response '", id, "' (never stored, deleted or evicted)")
-              : absl::StrCat("response '", id, "' continues '", at,
-                             "', which is no longer stored (deleted or evicted)"));
+  std::vector<std::pair<Text, Text>> chain;  // newest first
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::string at = id; !at.empty();) {
+      const Entry* e = Touch(at);
+      if (e == nullptr) {
+        const std::string shown = id.substr(0, 100);
+        return absl::NotFoundError(
+            at == id ? absl::StrCat("no stored response '", shown,
+                                    "' (never stored, deleted or evicted)")
+                     : absl::StrCat("response '", shown, "' continues '", at,
+                                    "', which is no longer stored (deleted or evicted)"));
+      }
+      chain.emplace_back(e->input, e->response);
+      if (chain.size() > entries_.size()) return absl::InternalError("a cycle of stored responses");
+      at = e->previous_id;
     }
-    chain.push_back(e);
-    if (chain.size() > entries_.size()) return absl::InternalError("a cycle of stored responses");
-    at = e->previous_id;
   }
   json items = json::array();
-  for (auto e = chain.rbegin(); e != chain.rend(); ++e) {
-    for (json& item : json::parse((*e)->input)) items.push_back(std::move(item));
-    json response = json::parse((*e)->response);
+  for (auto turn = chain.rbegin(); turn != chain.rend(); ++turn) {
+    for (json& item : json::parse(*turn->first)) items.push_back(std::move(item));
+    json response = json::parse(*turn->second);
     for (json& item : response["output"]) items.push_back(std::move(item));
   }
   return items;
 }
 
 std::optional<std::string> ResponseStore::Get(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const Entry* e = Touch(id);
-  if (e == nullptr) return std::nullopt;
-  return e->response;
+  Text response;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Entry* e = Touch(id);
+    if (e == nullptr) return std::nullopt;
+    response = e->response;
+  }
+  return *response;
 }
 
 bool ResponseStore::Delete(const std::string& id) {

@@ -5,17 +5,19 @@
 // response object (whose output items are the answer) and the id of the response it continued;
 // a conversation is the chain walked back to its first response.
 //
-// Bounded by bytes (the JSON text kept), least recently used evicted first; continuing or
-// fetching a response refreshes it and every response before it. A chain whose older part was
-// evicted or deleted can no longer be continued (Conversation says which response is missing).
-// Kept in the process's memory: a router restart forgets them, and several router replicas
+// Bounded by bytes (the JSON text kept; the maps' own overhead is not counted), least recently
+// used evicted first; continuing a response, or storing the turn that continues it, refreshes
+// it and every response before it; fetching one refreshes that one. A chain whose older part
+// was evicted or deleted can no longer be continued (Conversation says which response is
+// missing). Kept in the process's memory: a restart forgets them, and several router replicas
 // each keep their own.
 //
-// Threading: all methods are thread-safe (one mutex).
+// Threading: all methods are thread-safe (one mutex, not held while JSON is parsed).
 #pragma once
 
 #include <cstddef>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -31,8 +33,8 @@ class ResponseStore {
   explicit ResponseStore(size_t max_bytes) : max_bytes_(max_bytes) {}
 
   // Keeps a response: `input` this request's input items (a list), `response` the response
-  // object. An entry larger than the whole store is not kept.
-  void Put(const std::string& id, const std::string& previous_id,
+  // object. False when it is larger than the whole store (not kept).
+  bool Put(const std::string& id, const std::string& previous_id,
            const nlohmann::ordered_json& input, const nlohmann::ordered_json& response);
   // The conversation up to and including response `id`, as Responses input items, oldest
   // first: each turn's input items, then its output items. NotFound names the missing
@@ -46,12 +48,13 @@ class ResponseStore {
   size_t bytes() const;
 
  private:
+  using Text = std::shared_ptr<const std::string>;  // shared with readers parsing it unlocked
   struct Entry {
     std::string previous_id;
-    std::string input;     // JSON text of the input items
-    std::string response;  // JSON text of the response object
+    Text input;     // JSON text of the input items
+    Text response;  // JSON text of the response object
     std::list<std::string>::iterator order;
-    size_t bytes() const { return previous_id.size() + input.size() + response.size(); }
+    size_t bytes() const { return previous_id.size() + input->size() + response->size(); }
   };
   // The entry, moved to the front of the recency order; null if absent.
   Entry* Touch(const std::string& id);                              // REQUIRES(mu_)

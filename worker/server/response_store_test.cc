@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "worker/server/openai_responses.h"
 #include "worker/server/openai_test_util.h"
 
@@ -90,6 +91,20 @@ TEST(ResponseStore, EvictsTheLeastRecentlyUsedPastItsBytes) {
   EXPECT_EQ(store.bytes(), before);
 }
 
+TEST(ResponseStore, StoringATurnRefreshesTheTurnsItContinues) {
+  const json big = ResponseSaying("x", std::string(300, 'x'));
+  const size_t one = big.dump().size() + UserSays("q").dump().size() + 1;
+  ResponseStore store(4 * one + 10);
+  EXPECT_TRUE(store.Put("a", "", UserSays("q"), big));
+  EXPECT_TRUE(store.Put("b", "", UserSays("q"), big));
+  EXPECT_TRUE(store.Put("c", "", UserSays("q"), big));
+  EXPECT_TRUE(store.Put("d", "a", UserSays("q"), big));  // a is in use again
+  EXPECT_TRUE(store.Put("e", "", UserSays("q"), big));   // so b goes, not a
+  EXPECT_FALSE(store.Get("b").has_value());
+  EXPECT_TRUE(store.Conversation("d").ok());
+  EXPECT_FALSE(store.Put("huge", "", UserSays(std::string(5 * one, 'y')), big));
+}
+
 TEST(ResponsesStore, PreviousResponseIdContinuesAStoredConversation) {
   const ServedModel model{"SmolLM2-135M-Instruct", 8192, {}, "", ""};
   ResponseStore store(1 << 20);
@@ -132,10 +147,12 @@ TEST(ResponsesStore, PreviousResponseIdContinuesAStoredConversation) {
   ASSERT_TRUE(unkept.ok());
   EXPECT_EQ(unkept->responses["store"], false);
   for (ResponseStore* s : {&store, static_cast<ResponseStore*>(nullptr)}) {
-    auto unknown = ParseResponsesRequest(R"({"input": "x", "previous_response_id": "resp_9"})",
-                                         model, "r4", s);
-    ASSERT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(ErrorBody(unknown.status())["error"]["param"], "previous_response_id");
+    for (const char* id : {"\"resp_9\"", "\"\"", "7"}) {
+      auto unknown = ParseResponsesRequest(
+          absl::StrCat(R"({"input": "x", "previous_response_id": )", id, "}"), model, "r4", s);
+      ASSERT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument) << id;
+      EXPECT_EQ(ErrorBody(unknown.status())["error"]["param"], "previous_response_id");
+    }
   }
   auto stateless = ParseResponsesRequest(R"({"input": "x", "store": true})", model, "r5");
   ASSERT_TRUE(stateless.ok());
