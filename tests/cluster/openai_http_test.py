@@ -625,6 +625,47 @@ class OpenAiHttpTest(cl.ClusterCase):
             api.chat.completions.create(model="m", messages=ask, tools=tools, max_tokens=8)
         self.assertEqual(ctx.exception.body.get("param"), "tool_choice")
 
+    def test_thinking_budget(self):
+        import anthropic
+        import openai
+        w = self.cluster.worker("--model", cl.smollm2_model(self))
+        plain = self.cluster.router([w])
+        r = self.cluster.router([w], "--reasoning-parser", "deepseek_r1")
+        ask = [{"role": "user", "content": "What is the capital of France?"}]
+        # deepseek_r1's format: the prompt opened the block, so the first output tokens are
+        # inside it. With a budget of 6 the block holds the model's own first 6 tokens (the
+        # greedy text a server without the parser gives), then "\n</think>\n\n" is forced and
+        # the answer goes on.
+        first6 = client(plain.http_port).chat.completions.create(
+            model="m", messages=ask, max_tokens=6, temperature=0).choices[0].message.content
+        out = client(r.http_port).chat.completions.create(
+            model="m", messages=ask, max_tokens=30, temperature=0,
+            extra_body={"thinking_token_budget": 6, "ignore_eos": True})
+        msg = out.choices[0].message.model_dump()
+        self.assertEqual(msg["reasoning_content"], first6 + "\n")
+        self.assertTrue(msg["content"].startswith("\n\n") and len(msg["content"]) > 2, msg)
+        self.assertEqual(out.usage.completion_tokens, 30)
+        # Anthropic's thinking.budget_tokens is the same budget.
+        claude = anthropic.Anthropic(base_url=f"http://127.0.0.1:{r.http_port}",
+                                     api_key="unused", max_retries=0, timeout=60)
+        m = claude.messages.create(model="m", max_tokens=30, messages=ask,
+                                   thinking={"type": "enabled", "budget_tokens": 6},
+                                   extra_body={"temperature": 0, "ignore_eos": True})
+        self.assertEqual([b.type for b in m.content], ["thinking", "text"])
+        self.assertEqual(m.content[0].thinking, first6 + "\n")
+        self.assertEqual(m.content[1].text, msg["content"])
+        # Refused, naming the field: no parser on the server, constrained decoding, negative.
+        for port, body, param in (
+                (plain.http_port, {"thinking_token_budget": 6}, "thinking_token_budget"),
+                (r.http_port, {"thinking_token_budget": 6,
+                               "response_format": {"type": "json_object"}},
+                 "thinking_token_budget"),
+                (r.http_port, {"thinking_token_budget": -1}, "thinking_token_budget")):
+            with self.assertRaises(openai.BadRequestError) as ctx:
+                client(port).chat.completions.create(model="m", messages=ask, max_tokens=8,
+                                                     extra_body=body)
+            self.assertEqual(ctx.exception.body["param"], param)
+
     def test_reasoning_parser(self):
         w = self.cluster.worker("--model", cl.smollm2_model(self))
         r = self.cluster.router([w], "--reasoning-parser", "qwen3")

@@ -27,6 +27,7 @@
 #include "worker/sampling/json_schema.h"
 #include "worker/sampling/regex.h"
 #include "worker/sampling/sampler.h"
+#include "worker/sampling/thinking_budget.h"
 #include "worker/select/selector.h"
 #include "worker/tp/communicator.h"
 #include "worker/tp/step_message.h"
@@ -115,6 +116,7 @@ class Engine::Impl {
   std::unique_ptr<WeightSource> source;
   std::unique_ptr<Tokenizer> tok;
   std::vector<int32_t> eog_ids;  // end-of-generation ids (min_tokens holds them back)
+  std::vector<int32_t> think_close_ids;           // "\n</think>\n\n", forced by a thinking budget
   std::shared_ptr<const TokenTable> token_table;  // for constrained (JSON) decoding
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Communicator> comm;
@@ -1119,11 +1121,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     if (absl::Status s = CheckChatTemplate(tok_data); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("--chat-template: ", s.message()));
   }
-  TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(tok_data));
+  TS_ASSIGN_OR_RETURN(impl->tok, Tokenizer::Create(std::move(tok_data)));
   impl->token_table = MakeTokenTable(*impl->tok);
   for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {
     if (impl->token_table->kind[id] == TokenTable::kEnd) impl->eog_ids.push_back(id);
   }
+  impl->think_close_ids =
+      impl->tok->Encode("\n</think>\n\n", /*parse_special=*/true, /*add_bos=*/false);
   impl->pool = std::make_unique<ThreadPool>(options.threads);
   const ModelConfig& mc = impl->source->config();
   impl->served_name = !options.served_model_name.empty() ? options.served_model_name
@@ -1292,6 +1296,10 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
     if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("grammar: ", g.status().message()));
     s->sampler->SetConstraint(std::make_unique<GrammarConstraint>(m.token_table, *std::move(g),
                                                                   m.opts.grammar_mask_budget));
+  } else if (sp.thinking_token_budget.has_value()) {
+    s->sampler->SetConstraint(std::make_unique<ThinkingBudgetConstraint>(
+        m.token_table, sp.reasoning_format == "deepseek_r1", *sp.thinking_token_budget,
+        m.think_close_ids));
   }
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
   const PolicyContext ctx = MakePolicyContext(

@@ -213,12 +213,18 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body, const 
       f.Integer("max_tokens", 1, std::numeric_limits<int32_t>::max());
   // Extended thinking: the model thinks or not by its chat template (Qwen3:
   // chat_template_kwargs); with --reasoning-parser its <think> block comes back as a thinking
-  // block. budget_tokens is not enforced (max_tokens bounds both).
+  // block, closed after budget_tokens (the chat request's thinking_token_budget).
+  std::optional<int64_t> thinking_budget;
   if (const json* thinking = f.Get("thinking")) {
     const std::string type = thinking->is_object() ? StringField(*thinking, "type") : "";
     if (type != "disabled" && (type != "enabled" || model.reasoning_parser.empty())) {
       return Bad("thinking", type == "enabled" ? "needs a server started with --reasoning-parser"
                                                : "must be {\"type\": \"enabled\" or \"disabled\"}");
+    }
+    if (type == "enabled") {
+      Fields tf(*thinking, "thinking.");
+      thinking_budget = tf.Integer("budget_tokens", 0, std::numeric_limits<int32_t>::max());
+      TS_RETURN_IF_ERROR(tf.status());
     }
   }
   std::optional<bool> disable_parallel;
@@ -253,6 +259,16 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body, const 
   if (!parsed.ok()) return RenamedField(parsed.status(), MessagesField);
   ParsedRequest out = *std::move(parsed);
   out.endpoint = Endpoint::kMessages;
+  // budget_tokens closes the <think> block after that many tokens, unless the output is
+  // constrained (structured output, a forced tool call), which the budget cannot join.
+  for (v1::GenerateRequest& call : out.calls) {
+    v1::SamplingOptions* s = call.mutable_sampling();
+    if (!thinking_budget.has_value() ||
+        !(s->response_format().empty() || s->response_format() == "text"))
+      continue;
+    s->set_thinking_token_budget(static_cast<int32_t>(*thinking_budget));
+    s->set_reasoning_format(model.reasoning_parser);
+  }
   out.responses = {{"disable_parallel_tool_use", disable_parallel.value_or(false)}};
   return out;
 }
@@ -285,11 +301,6 @@ Json AnthropicErrorBody(const absl::Status& status) {
   }
   return {{"type", "error"}, {"error", {{"type", type}, {"message", status.message()}}}};
 }
-
-namespace {
-
-
-}  // namespace
 
 MessagesBuilder::MessagesBuilder(const ParsedRequest& request, std::string id)
     : chat_request_(AsChatRequest(request)), chat_(chat_request_, id, 0), id_(std::move(id)) {}

@@ -190,6 +190,21 @@ TEST(MessagesParse, ErrorsNameAnthropicFields) {
             "not_found_error");
 }
 
+TEST(MessagesParse, ThinkingBudgetTokensIsTheThinkingBudget) {
+  const ServedModel qwen3{"m", 8192, {}, "", "qwen3"};
+  auto r = ParseMessagesRequest(R"({"max_tokens": 64, "messages": [{"role": "user", "content":
+      "x"}], "thinking": {"type": "enabled", "budget_tokens": 16}})",
+                                qwen3, "q");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->calls[0].sampling().thinking_token_budget(), 16);
+  EXPECT_EQ(r->calls[0].sampling().reasoning_format(), "qwen3");
+  auto bad = ParseMessagesRequest(R"({"max_tokens": 64, "messages": [{"role": "user", "content":
+      "x"}], "thinking": {"type": "enabled", "budget_tokens": "many"}})",
+                                  qwen3, "q");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(ErrorBody(bad.status())["error"]["param"], "thinking.budget_tokens");
+}
+
 TEST(MessagesBuild, BodyIsAMessageObject) {
   ParsedRequest r = MustParse(R"({"model": "m", "max_tokens": 20, "stop_sequences": ["END"],
       "messages": [{"role": "user", "content": "Hi"}]})");

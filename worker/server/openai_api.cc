@@ -750,6 +750,18 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const json& ro
     v1::GenerateRequest r = base;
     TS_RETURN_IF_ERROR(ParseMessages(f, r.mutable_chat()));
     TS_RETURN_IF_ERROR(ParseTools(f, model, &r, &out));
+    // vLLM's: the <think> block is closed after this many tokens (thinking_budget.h).
+    if (auto budget = f.Integer("thinking_token_budget", 0, std::numeric_limits<int32_t>::max())) {
+      if (model.reasoning_parser.empty())
+        return Bad("thinking_token_budget", "needs a server started with --reasoning-parser");
+      const std::string& format = r.sampling().response_format();
+      if (!format.empty() && format != "text")
+        return Bad("thinking_token_budget",
+                   "cannot be combined with constrained decoding (response_format, guided "
+                   "decoding or a forced tool call)");
+      r.mutable_sampling()->set_thinking_token_budget(static_cast<int32_t>(*budget));
+      r.mutable_sampling()->set_reasoning_format(model.reasoning_parser);
+    }
     // vLLM's: continue the final (assistant) message instead of starting a new turn.
     const bool continue_final = f.Bool("continue_final_message").value_or(false);
     const std::optional<bool> generation_prompt = f.Bool("add_generation_prompt");

@@ -131,6 +131,28 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
   EXPECT_EQ(c.selection().params().at("gqa"), "max");
 }
 
+TEST(OpenAiParse, ThinkingTokenBudgetNeedsAParserAndFreeDecoding) {
+  const ServedModel r1{"m", 8192, {}, "", "deepseek_r1"};
+  const std::string ask = R"("messages": [{"role": "user", "content": "x"}])";
+  auto r = ParseRequest(Endpoint::kChat, "{" + ask + R"(, "thinking_token_budget": 64})", r1, "q");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->calls[0].sampling().thinking_token_budget(), 64);
+  EXPECT_EQ(r->calls[0].sampling().reasoning_format(), "deepseek_r1");
+  EXPECT_FALSE(
+      MustParse(Endpoint::kChat, "{" + ask + "}").calls[0].sampling().has_thinking_token_budget());
+  // Without --reasoning-parser, with constrained decoding, negative: 400s naming the field.
+  EXPECT_EQ(ParamOf(Endpoint::kChat, "{" + ask + R"(, "thinking_token_budget": 8})"),
+            "thinking_token_budget");
+  for (const std::string extra : {R"("thinking_token_budget": -1)",
+                                  R"("thinking_token_budget": 8, "response_format": {"type":
+                                     "json_object"})",
+                                  R"("thinking_token_budget": 8, "guided_regex": "a+")"}) {
+    auto bad = ParseRequest(Endpoint::kChat, "{" + ask + ", " + extra + "}", r1, "q");
+    ASSERT_FALSE(bad.ok()) << extra;
+    EXPECT_EQ(ErrorBody(bad.status())["error"]["param"], "thinking_token_budget") << extra;
+  }
+}
+
 TEST(OpenAiParse, StructuredOutputsAsVllmTakesThem) {
   const Endpoint kC = Endpoint::kCompletions;
   auto sampling = [&](const std::string& extra) {

@@ -119,7 +119,8 @@ inline constexpr const char* kChatExtras[] = {"model",
                                               "guided_json",
                                               "guided_grammar",
                                               "grammar",
-                                              "ebnf"};
+                                              "ebnf",
+                                              "thinking_token_budget"};
 
 // An INVALID_ARGUMENT from the chat parser with its field renamed by rename(field) (the
 // message's leading field and the kParamPayload).

@@ -49,6 +49,8 @@ SamplingParams ToSampling(const v1::SamplingOptions& s) {
   p.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   p.ignore_eos = s.ignore_eos();
   p.skip_special_tokens = !s.has_skip_special_tokens() || s.skip_special_tokens();
+  if (s.has_thinking_token_budget()) p.thinking_token_budget = s.thinking_token_budget();
+  p.reasoning_format = s.reasoning_format();
   p.logprobs = s.has_logprobs() ? s.logprobs() : -1;
   p.prompt_logprobs = s.has_prompt_logprobs() ? s.prompt_logprobs() : -1;
   return p;
