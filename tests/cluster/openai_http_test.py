@@ -654,12 +654,23 @@ class OpenAiHttpTest(cl.ClusterCase):
         self.assertEqual([b.type for b in m.content], ["thinking", "text"])
         self.assertEqual(m.content[0].thinking, first6 + "\n")
         self.assertEqual(m.content[1].text, msg["content"])
-        # Refused, naming the field: no parser on the server, constrained decoding, negative.
+        # Structured output holds only the answer after the block (vLLM's rule): the same
+        # thinking, then an object matching the schema.
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                  "required": ["city"], "additionalProperties": False}
+        out = client(r.http_port).chat.completions.create(
+            model="m", messages=ask, max_tokens=60, temperature=0,
+            response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+            extra_body={"thinking_token_budget": 6})
+        msg = out.choices[0].message.model_dump()
+        self.assertEqual(msg["reasoning_content"], first6 + "\n")
+        self.assertIsInstance(json.loads(msg["content"])["city"], str, msg)
+        # Refused, naming the field: no parser on the server, negative, a forced tool call.
+        tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
         for port, body, param in (
                 (plain.http_port, {"thinking_token_budget": 6}, "thinking_token_budget"),
-                (r.http_port, {"thinking_token_budget": 6,
-                               "response_format": {"type": "json_object"}},
-                 "thinking_token_budget"),
+                (r.http_port, {"thinking_token_budget": 6, "tools": tools,
+                               "tool_choice": "required"}, "thinking_token_budget"),
                 (r.http_port, {"thinking_token_budget": -1}, "thinking_token_budget")):
             with self.assertRaises(openai.BadRequestError) as ctx:
                 client(port).chat.completions.create(model="m", messages=ask, max_tokens=8,

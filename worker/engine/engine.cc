@@ -1126,8 +1126,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {
     if (impl->token_table->kind[id] == TokenTable::kEnd) impl->eog_ids.push_back(id);
   }
-  impl->think_close_ids =
-      impl->tok->Encode("\n</think>\n\n", /*parse_special=*/true, /*add_bos=*/false);
+  impl->think_close_ids = ForcedTokens(*impl->tok, "\n</think>\n\n");
   impl->pool = std::make_unique<ThreadPool>(options.threads);
   const ModelConfig& mc = impl->source->config();
   impl->served_name = !options.served_model_name.empty() ? options.served_model_name
@@ -1243,6 +1242,25 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
+std::vector<int32_t> ForcedTokens(const Tokenizer& tok, std::string_view text) {
+  auto bytes_of = [&](const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids) s += tok.TokenBytes(id);
+    return s;
+  };
+  std::vector<int32_t> ids = tok.Encode(text, /*parse_special=*/true, /*add_bos=*/false);
+  if (bytes_of(ids) == text) return ids;
+  // A SentencePiece vocabulary puts a space before the text: encode it after a word, and keep
+  // what follows the word's own tokens.
+  const std::vector<int32_t> word = tok.Encode("x", false, false);
+  std::vector<int32_t> after = tok.Encode("x" + std::string(text), true, false);
+  if (after.size() > word.size() && std::equal(word.begin(), word.end(), after.begin())) {
+    after.erase(after.begin(), after.begin() + static_cast<ptrdiff_t>(word.size()));
+    if (bytes_of(after) == text) return after;
+  }
+  return ids;
+}
+
 std::shared_ptr<const TokenTable> MakeTokenTable(const Tokenizer& tok) {
   auto table = std::make_shared<TokenTable>();
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
@@ -1276,31 +1294,42 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
   SamplingParams sp = request.sampling;
   if (!sp.has_seed) sp.seed = std::hash<std::string>()(request.request_id) ^ 0x5eedULL;
   s->sampler = std::make_unique<Sampler>(sp, sp.ignore_eos ? std::vector<int32_t>() : m.eog_ids);
+  std::unique_ptr<TokenConstraint> constraint;
   if (sp.response_format == "json_object") {
-    s->sampler->SetConstraint(std::make_unique<JsonObjectConstraint>(
-        m.token_table, JsonRecognizer(/*object_only=*/true, /*trailing_space=*/false)));
+    constraint = std::make_unique<JsonObjectConstraint>(
+        m.token_table, JsonRecognizer(/*object_only=*/true, /*trailing_space=*/false));
   } else if (sp.response_format == "json_schema") {
     TS_ASSIGN_OR_RETURN(std::shared_ptr<const JsonSchema> schema,
                         JsonSchema::Compile(sp.json_schema));
     s->json_schema = schema;  // the recognizer points into it
-    s->sampler->SetConstraint(std::make_unique<RecognizerConstraint<SchemaRecognizer>>(
-        m.token_table, SchemaRecognizer(schema.get())));
+    constraint = std::make_unique<RecognizerConstraint<SchemaRecognizer>>(
+        m.token_table, SchemaRecognizer(schema.get()));
   } else if (sp.response_format == "regex") {
     auto re = Regex::Compile(sp.regex);
     if (!re.ok()) return absl::InvalidArgumentError(absl::StrCat("regex: ", re.status().message()));
     s->regex = *re;  // the recognizer points into it
-    s->sampler->SetConstraint(std::make_unique<RecognizerConstraint<RegexRecognizer>>(
-        m.token_table, RegexRecognizer(s->regex.get())));
+    constraint = std::make_unique<RecognizerConstraint<RegexRecognizer>>(
+        m.token_table, RegexRecognizer(s->regex.get()));
   } else if (sp.response_format == "grammar") {
     auto g = Grammar::Compile(sp.grammar);
     if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("grammar: ", g.status().message()));
-    s->sampler->SetConstraint(std::make_unique<GrammarConstraint>(m.token_table, *std::move(g),
-                                                                  m.opts.grammar_mask_budget));
-  } else if (sp.thinking_token_budget.has_value()) {
-    s->sampler->SetConstraint(std::make_unique<ThinkingBudgetConstraint>(
-        m.token_table, sp.reasoning_format == "deepseek_r1", *sp.thinking_token_budget,
-        m.think_close_ids));
+    constraint = std::make_unique<GrammarConstraint>(m.token_table, *std::move(g),
+                                                     m.opts.grammar_mask_budget);
   }
+  if (!sp.reasoning_format.empty()) {
+    // A reasoning model: the constraint holds the answer after its <think> block. Where the
+    // block stands after the prompt is read from its last tokens' text.
+    std::string tail;
+    const std::vector<int32_t>& prompt = request.prompt_ids;
+    for (size_t i = prompt.size() > 16 ? prompt.size() - 16 : 0; i < prompt.size(); ++i) {
+      if (prompt[i] >= 0 && static_cast<size_t>(prompt[i]) < m.token_table->bytes.size())
+        tail += m.token_table->bytes[prompt[i]];
+    }
+    constraint = std::make_unique<ReasoningConstraint>(
+        m.token_table, ReasoningConstraint::StartOf(tail, sp.reasoning_format),
+        sp.thinking_token_budget, m.think_close_ids, std::move(constraint));
+  }
+  if (constraint != nullptr) s->sampler->SetConstraint(std::move(constraint));
   const SelectionSpec spec = request.selection ? *request.selection : m.opts.default_selection;
   const PolicyContext ctx = MakePolicyContext(
       m.model(), m.runner ? m.runner->local_kv_heads() : m.model().n_kv_heads, m.opts.page_size,

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -88,6 +89,9 @@ struct EngineOptions {
 // Each token's bytes and kind (end-of-generation, other special, normal) as the constrained
 // decoders (JSON, schemas, regular expressions, grammars) read them.
 std::shared_ptr<const TokenTable> MakeTokenTable(const Tokenizer& tok);
+// The tokens whose bytes are exactly `text` (special tokens parsed), to force it: Encode's, or,
+// where a SentencePiece vocabulary puts a space before it, those after a word; else Encode's.
+std::vector<int32_t> ForcedTokens(const Tokenizer& tok, std::string_view text);
 
 enum class FinishReason { kLength, kEos, kStopToken, kStopString, kAbort, kDeadline, kError };
 const char* FinishReasonName(FinishReason r);

@@ -174,6 +174,38 @@ TEST(Engine, MinTokensHoldsBackStopIdsAndStrings) {
   EXPECT_EQ(no_stop->ids, plain->ids);
 }
 
+TEST(Engine, AThinkingBudgetForcesTheBlockShut) {
+  // stories260K's SentencePiece vocabulary: the forced tokens are the literal's bytes (no
+  // space put before them); the first tokens are the model's own, then the close is forced.
+  auto e = MakeEngine();
+  const std::vector<int32_t> close = ForcedTokens(e->tokenizer(), "\n</think>\n\n");
+  std::string text;
+  for (int32_t id : close) text += e->tokenizer().TokenBytes(id);
+  EXPECT_EQ(text, "\n</think>\n\n");
+  const std::string prompt = engine_testing::kPrompts[0];
+  auto plain = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(Greedy(*e, prompt, 24, true), plain).ok());
+  e->RunUntilIdle();
+  GenerateRequest r = Greedy(*e, prompt, 24, true);
+  r.sampling.reasoning_format = "deepseek_r1";  // the prompt "opened" the block
+  r.sampling.thinking_token_budget = 3;
+  auto budgeted = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(r, budgeted).ok());
+  e->RunUntilIdle();
+  ASSERT_EQ(budgeted->ids.size(), 24u);
+  EXPECT_EQ(std::vector<int32_t>(budgeted->ids.begin(), budgeted->ids.begin() + 3),
+            std::vector<int32_t>(plain->ids.begin(), plain->ids.begin() + 3));
+  EXPECT_EQ(
+      std::vector<int32_t>(budgeted->ids.begin() + 3, budgeted->ids.begin() + 3 + close.size()),
+      close);
+  // qwen3's format: the output never opens a block, so nothing is forced.
+  r.sampling.reasoning_format = "qwen3";
+  auto untouched = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->Submit(r, untouched).ok());
+  e->RunUntilIdle();
+  EXPECT_EQ(untouched->ids, plain->ids);
+}
+
 TEST(Engine, PreemptionUnderPagePressureKeepsOutputs) {
   EngineOptions o = Options();
   o.kv_pages = 12;  // 192 tokens for 4 sequences of ~110 tokens: someone must be preempted

@@ -68,15 +68,23 @@ SampleResult Sampler::Sample(float* logits, int vocab, const std::vector<int32_t
   // not allow and draw again (llama.cpp's order: the full mask only on a miss).
   if (!constraint_->Allows(r.id)) {
     constraint_->AllowedTokens(vocab, &allowed_);
-    bool any = false;
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    int first = -1;
+    bool finite = false;
     for (int i = 0; i < vocab; ++i) {
       if (allowed_[i]) {
-        any = true;
+        if (first < 0) first = i;
+        finite = finite || logits[i] > -kInf;
       } else {
-        logits[i] = -std::numeric_limits<float>::infinity();
+        logits[i] = -kInf;
       }
     }
-    if (any) r = Draw(logits, vocab);
+    if (finite) {
+      r = Draw(logits, vocab);
+    } else if (first >= 0) {
+      // Every allowed token is held back (min_tokens, stop_token_ids): the constraint wins.
+      r = SampleResult{first, -kInf, {}};
+    }
   }
   constraint_->Accept(r.id);
   return r;

@@ -27,6 +27,32 @@ std::vector<int32_t> Draw(SamplingParams p, int steps) {
   return out;
 }
 
+// Allows one token only.
+class OnlyToken final : public TokenConstraint {
+ public:
+  explicit OnlyToken(int32_t id) : id_(id) {}
+  bool Allows(int32_t id) const override { return id == id_; }
+  void Accept(int32_t) override {}
+
+ private:
+  int32_t id_;
+};
+
+TEST(Sampler, AConstraintWinsOverHeldBackTokens) {
+  // The only token the constraint allows is a stop id held back by min_tokens: it is still the
+  // one taken (not token 0 of an all -inf row, nor a draw from NaN weights).
+  for (float temperature : {0.0f, 0.8f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.min_tokens = 5;
+    p.stop_token_ids = {7};
+    Sampler s(p);
+    s.SetConstraint(std::make_unique<OnlyToken>(7));
+    auto l = RandomLogits(100, 3);
+    EXPECT_EQ(s.Sample(l.data(), 100, {}).id, 7) << temperature;
+  }
+}
+
 TEST(Sampler, GreedyIsArgmax) {
   auto l = RandomLogits(1000, 1);
   const int32_t want = Argmax(l.data(), 1000);

@@ -48,19 +48,14 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, int
     return bad("regex: needed exactly when response_format is regex");
   if ((p.response_format == "grammar") != !p.grammar.empty())
     return bad("grammar: needed exactly when response_format is grammar");
-  if (p.thinking_token_budget.has_value()) {
-    if (*p.thinking_token_budget < 0)
-      return bad(
-          absl::StrCat("thinking_token_budget must be >= 0, got ", *p.thinking_token_budget));
-    if (p.reasoning_format != "qwen3" && p.reasoning_format != "deepseek_r1")
-      return bad(
-          absl::StrCat("reasoning_format must be qwen3 or deepseek_r1 with "
-                       "thinking_token_budget, got '",
-                       p.reasoning_format, "'"));
-    if (!p.response_format.empty() && p.response_format != "text")
-      return bad("thinking_token_budget cannot be combined with response_format " +
-                 p.response_format);
-  }
+  if (p.thinking_token_budget.has_value() && *p.thinking_token_budget < 0)
+    return bad(absl::StrCat("thinking_token_budget must be >= 0, got ", *p.thinking_token_budget));
+  if (!p.reasoning_format.empty() && p.reasoning_format != "qwen3" &&
+      p.reasoning_format != "deepseek_r1")
+    return bad(absl::StrCat("reasoning_format must be qwen3 or deepseek_r1, got '",
+                            p.reasoning_format, "'"));
+  if (p.thinking_token_budget.has_value() && p.reasoning_format.empty())
+    return bad("thinking_token_budget needs a reasoning_format (qwen3 or deepseek_r1)");
   if (p.logprobs < -1 || p.logprobs > 20)
     return bad(absl::StrCat("logprobs must be in [-1, 20], got ", p.logprobs));
   if (p.prompt_logprobs < -1 || p.prompt_logprobs > 20)

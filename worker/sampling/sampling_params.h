@@ -38,9 +38,10 @@ struct SamplingParams {
   std::string grammar;             // GBNF the whole output matches (response_format grammar)
   int logprobs = -1;               // -1 = none; 0 = the chosen token's; n = also top n (<= 20)
   int prompt_logprobs = -1;        // the same for each prompt token (vLLM's prompt_logprobs)
-  // A reasoning model's <think> block is closed after this many tokens (thinking_budget.h);
-  // unset = unbounded. Needs reasoning_format ("qwen3": the output opens the block;
-  // "deepseek_r1": the prompt did) and no response_format.
+  // A reasoning model (thinking_budget.h): reasoning_format "qwen3" (the output opens the
+  // <think> block) or "deepseek_r1" (the prompt did); response_format then holds only the
+  // answer after the block, which is closed after thinking_token_budget tokens (unset:
+  // unbounded; needs a reasoning_format).
   std::optional<int> thinking_token_budget;
   std::string reasoning_format;
 };

@@ -7,7 +7,7 @@
 namespace tinyserve {
 namespace {
 
-constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+constexpr std::string_view kOpen = "<think>", kClose = "</think>", kSpace = " \t\r\n";
 
 // The bytes end inside a UTF-8 character (a lead byte whose continuation bytes are missing).
 bool EndsMidCharacter(std::string_view s) {
@@ -22,69 +22,128 @@ bool EndsMidCharacter(std::string_view s) {
 
 }  // namespace
 
-ThinkingBudgetConstraint::ThinkingBudgetConstraint(std::shared_ptr<const TokenTable> table,
-                                                   bool open, int budget,
-                                                   std::vector<int32_t> forced)
-    : table_(std::move(table)), budget_(budget), forced_(std::move(forced)), state_(State::kIdle) {
-  if (open) StartCounting();
+ReasoningConstraint::ReasoningConstraint(std::shared_ptr<const TokenTable> table, State start,
+                                         std::optional<int> budget, std::vector<int32_t> forced,
+                                         std::unique_ptr<TokenConstraint> inner)
+    : table_(std::move(table)),
+      budget_(budget),
+      forced_(std::move(forced)),
+      inner_(std::move(inner)),
+      state_(start == State::kDone ? State::kDone : State::kIdle) {
+  if (start == State::kCounting || start == State::kForcing) StartCounting();
 }
 
-void ThinkingBudgetConstraint::StartCounting() {
+ReasoningConstraint::State ReasoningConstraint::StartOf(std::string_view prompt_tail,
+                                                        std::string_view format) {
+  const size_t open = prompt_tail.rfind(kOpen), close = prompt_tail.rfind(kClose);
+  if (open != std::string_view::npos && (close == std::string_view::npos || open > close))
+    return State::kCounting;
+  if (close != std::string_view::npos &&
+      prompt_tail.find_first_not_of(kSpace, close + kClose.size()) == std::string_view::npos)
+    return State::kDone;
+  return format == "deepseek_r1" ? State::kCounting : State::kIdle;
+}
+
+std::string_view ReasoningConstraint::BytesOf(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= table_->bytes.size() ||
+      table_->kind[id] == TokenTable::kEnd)
+    return {};
+  return table_->bytes[id];
+}
+
+bool ReasoningConstraint::Opens(int32_t id) const {
+  std::string_view b = BytesOf(id);
+  const size_t start = b.find_first_not_of(kSpace);
+  return start != std::string_view::npos && b.substr(start, kOpen.size()) == kOpen;
+}
+
+void ReasoningConstraint::StartCounting() {
   state_ = State::kCounting;
-  text_.clear();
-  spent_ = 0;
-  if (budget_ <= 0) state_ = forced_.empty() ? State::kDone : State::kForcing;
-}
-
-bool ThinkingBudgetConstraint::Allows(int32_t id) const {
-  return state_ != State::kForcing || id == forced_[next_];
-}
-
-void ThinkingBudgetConstraint::AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const {
-  if (state_ != State::kForcing) {
-    allowed->assign(vocab, 1);
-    return;
+  tail_.clear();
+  spent_ = overrun_ = 0;
+  if (budget_.has_value() && *budget_ <= 0) {
+    state_ = forced_.empty() ? State::kDone : State::kForcing;
+    next_ = 0;
   }
-  allowed->assign(vocab, 0);
-  if (forced_[next_] >= 0 && forced_[next_] < vocab) (*allowed)[forced_[next_]] = 1;
 }
 
-void ThinkingBudgetConstraint::Accept(int32_t id) {
-  const bool known = id >= 0 && static_cast<size_t>(id) < table_->bytes.size();
-  const std::string_view bytes = known && table_->kind[id] != TokenTable::kEnd
-                                     ? std::string_view(table_->bytes[id])
-                                     : std::string_view();
+bool ReasoningConstraint::Allows(int32_t id) const {
   switch (state_) {
-    case State::kIdle: {
-      text_.append(bytes);
-      const size_t start = text_.find_first_not_of(" \t\r\n");
-      const std::string_view said =
-          start == std::string::npos ? std::string_view() : std::string_view(text_).substr(start);
-      if (said.substr(0, kOpen.size()) == kOpen) {
-        StartCounting();
-      } else if (kOpen.substr(0, said.size()) != said) {
-        state_ = State::kDone;  // an answer without thinking
-      }
-      break;
-    }
+    case State::kIdle:
+      return inner_ == nullptr || Opens(id) || inner_->Allows(id);
     case State::kCounting:
-      text_.append(bytes);
-      if (text_.find(kClose) != std::string::npos) {
-        state_ = State::kDone;  // closed by the model within its budget
+      return true;
+    case State::kForcing:
+      return id == forced_[next_];
+    case State::kDone:
+      return inner_ == nullptr || inner_->Allows(id);
+  }
+  return true;
+}
+
+void ReasoningConstraint::AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const {
+  if (state_ == State::kForcing) {
+    allowed->assign(vocab, 0);
+    if (forced_[next_] >= 0 && forced_[next_] < vocab) (*allowed)[forced_[next_]] = 1;
+  } else if (state_ == State::kCounting || inner_ == nullptr) {
+    allowed->assign(vocab, 1);
+  } else {
+    inner_->AllowedTokens(vocab, allowed);
+    if (state_ == State::kIdle) {
+      const int n = std::min<int>(vocab, static_cast<int>(table_->bytes.size()));
+      for (int id = 0; id < n; ++id) {
+        if (!(*allowed)[id] && Opens(id)) (*allowed)[id] = 1;
+      }
+    }
+  }
+}
+
+void ReasoningConstraint::Accept(int32_t id) {
+  const std::string_view bytes = BytesOf(id);
+  switch (state_) {
+    case State::kIdle:
+      if (Opens(id)) {
+        StartCounting();
+        if (state_ == State::kCounting) {  // what follows "<think>" in the token is inside
+          const size_t at = bytes.find(kOpen) + kOpen.size();
+          tail_.assign(bytes.substr(at));
+          if (tail_.find(kClose) != std::string::npos) state_ = State::kDone;
+        }
         break;
       }
-      if (text_.size() > 16) text_.erase(0, text_.size() - 16);  // enough to see kClose
-      if (++spent_ >= budget_ && !EndsMidCharacter(text_)) {
+      if (inner_ != nullptr) inner_->Accept(id);
+      // Whitespace keeps it undecided; anything else is the answer, without thinking.
+      if (bytes.empty() || bytes.find_first_not_of(kSpace) != std::string_view::npos)
+        state_ = State::kDone;
+      break;
+    case State::kCounting:
+      tail_.append(bytes);
+      if (tail_.find(kClose) != std::string::npos) {
+        state_ = State::kDone;  // closed by the model (within its budget)
+        break;
+      }
+      if (tail_.size() > 16) tail_.erase(0, tail_.size() - 16);  // enough to see kClose
+      if (!budget_.has_value()) break;
+      if (spent_ < *budget_) ++spent_;
+      // At the budget; a character it began is finished first (at most 3 more tokens).
+      if (spent_ >= *budget_ && (!EndsMidCharacter(tail_) || ++overrun_ > 3)) {
         state_ = forced_.empty() ? State::kDone : State::kForcing;
         next_ = 0;
       }
       break;
     case State::kForcing:
-      if (id == forced_[next_] && ++next_ == forced_.size()) state_ = State::kDone;
+      // Another token (a migrated request's replayed output): the close starts over.
+      next_ = id == forced_[next_] ? next_ + 1 : id == forced_[0] ? 1 : 0;
+      if (next_ == forced_.size()) state_ = State::kDone;
       break;
     case State::kDone:
+      if (inner_ != nullptr) inner_->Accept(id);
       break;
   }
+}
+
+absl::Status ReasoningConstraint::status() const {
+  return inner_ != nullptr ? inner_->status() : absl::OkStatus();
 }
 
 }  // namespace tinyserve

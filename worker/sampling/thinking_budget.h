@@ -1,52 +1,70 @@
 // File: worker/sampling/thinking_budget.h
-// A reasoning model's thinking budget (vLLM's thinking_token_budget, llama.cpp's reasoning
-// budget, Anthropic's thinking.budget_tokens): once the model has spent `budget` output tokens
-// inside its <think> block without closing it, the block is closed for it: the tokens of
-// "\n</think>\n\n" are forced one by one, and the answer follows freely.
+// A reasoning model's <think> block under constrained decoding and a thinking budget (vLLM's
+// semantics): the block is free text, and a structured output (the inner constraint: JSON,
+// regex, grammar) holds only the answer after it. With a budget (vLLM's
+// thinking_token_budget, llama.cpp's reasoning budget, Anthropic's thinking.budget_tokens),
+// once the model has spent `budget` tokens inside the block without closing it, the block is
+// closed for it: the tokens of "\n</think>\n\n" are forced one by one.
 //
-//   kIdle      (qwen3's format) thinking has not begun: the output must open with "<think>"
-//              (after whitespace); any other start means the model is not thinking (kDone).
-//   kCounting  inside the block (deepseek_r1's format starts here: its prompt opened it);
-//              "</think>" ends it (kDone); the budget's last token, or the end of a UTF-8
-//              character it began, starts kForcing.
+//   kIdle      (qwen3's format) thinking has not begun: a token whose text (after leading
+//              whitespace) starts with "<think>" opens the block (Qwen3's and DeepSeek's
+//              vocabularies have it as one token); any other text begins the answer (kDone).
+//              Whitespace before either is given to the inner constraint too.
+//   kCounting  inside the block (deepseek_r1's format starts here: its prompt opened it):
+//              anything goes; "</think>" from the model ends it (kDone); the budget's last
+//              token, or the end of a UTF-8 character it began, starts kForcing.
 //   kForcing   only the next forced token is allowed.
-//   kDone      everything is allowed.
+//   kDone      the inner constraint's rules (everything without one).
 //
 // Thread safety: per request, like the Sampler that owns it.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "worker/sampling/json_constraint.h"
 
 namespace tinyserve {
 
-class ThinkingBudgetConstraint final : public TokenConstraint {
+class ReasoningConstraint final : public TokenConstraint {
  public:
   enum class State { kIdle, kCounting, kForcing, kDone };
 
-  // open: thinking begins with the first output token (deepseek_r1), else at "<think>"
-  // (qwen3). forced: the tokens of "\n</think>\n\n".
-  ThinkingBudgetConstraint(std::shared_ptr<const TokenTable> table, bool open, int budget,
-                           std::vector<int32_t> forced);
+  // start: kIdle (qwen3: the output may open the block), kCounting (the prompt opened it:
+  // deepseek_r1, or a prompt ending inside a block) or kDone (the prompt closed it: thinking
+  // turned off). budget: tokens inside the block (unset: no limit). forced: the tokens of
+  // "\n</think>\n\n". inner: what the answer is held to (null: nothing).
+  ReasoningConstraint(std::shared_ptr<const TokenTable> table, State start,
+                      std::optional<int> budget, std::vector<int32_t> forced,
+                      std::unique_ptr<TokenConstraint> inner);
+  // The state a prompt leaves for `format` ("qwen3", "deepseek_r1"): kCounting when its text
+  // ends inside a <think> block, kDone when it ends with a closed one ("</think>" and
+  // whitespace), else the format's own start (deepseek_r1's prompt opens the block).
+  static State StartOf(std::string_view prompt_tail, std::string_view format);
 
   bool Allows(int32_t id) const override;
   void AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const override;
   void Accept(int32_t id) override;
+  absl::Status status() const override;
   State state() const { return state_; }
 
  private:
+  std::string_view BytesOf(int32_t id) const;
+  bool Opens(int32_t id) const;  // kIdle: the token opens the block
   void StartCounting();
 
   std::shared_ptr<const TokenTable> table_;
-  const int budget_;
+  const std::optional<int> budget_;
   const std::vector<int32_t> forced_;
+  std::unique_ptr<TokenConstraint> inner_;
   State state_;
-  std::string text_;  // kIdle: the output so far; kCounting: its last bytes
-  int spent_ = 0;     // tokens inside the block
+  std::string tail_;  // kCounting: the block's last bytes (a "</think>" across tokens)
+  int spent_ = 0;     // tokens inside the block (counted up to the budget)
+  int overrun_ = 0;   // tokens past the budget that finish a UTF-8 character
   size_t next_ = 0;   // kForcing: the forced token due
 };
 

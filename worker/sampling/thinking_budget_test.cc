@@ -1,5 +1,6 @@
-// The thinking budget (thinking_budget.h): counting inside the <think> block, the forced close,
-// a block the model closes itself, an answer without thinking, UTF-8 characters left whole.
+// The reasoning constraint (thinking_budget.h): a free <think> block and a structured answer
+// after it; the budget's forced close; a block the model closes itself, in pieces too; an
+// answer without thinking; UTF-8 characters left whole.
 #include "worker/sampling/thinking_budget.h"
 
 #include <gtest/gtest.h>
@@ -10,14 +11,15 @@
 namespace tinyserve {
 namespace {
 
-using State = ThinkingBudgetConstraint::State;
+using State = ReasoningConstraint::State;
 
 // Tokens: 0 "<think>", 1 "a", 2 " b", 3 "\n", 4 "</think>", 5 "\n\n", 6 "é"'s first byte,
-// 7 its second byte, 8 "</", 9 "think>", 10 end of text, 11 "  ".
+// 7 its second byte, 8 "</", 9 "think>", 10 end of text, 11 "  ", 12 "{", 13 "}", 14 "<".
+constexpr int kVocab = 15;
 std::shared_ptr<const TokenTable> Table() {
   auto t = std::make_shared<TokenTable>();
-  t->bytes = {"<think>", "a",    " b", "\n",     "</think>", "\n\n",
-              "\xC3",    "\xA9", "</", "think>", "",         "  "};
+  t->bytes = {"<think>", "a",      " b", "\n", "</think>", "\n\n", "\xC3", "\xA9",
+              "</",      "think>", "",   "  ", "{",        "}",    "<"};
   t->kind.assign(t->bytes.size(), TokenTable::kNormal);
   t->kind[10] = TokenTable::kEnd;
   t->Index();
@@ -25,17 +27,32 @@ std::shared_ptr<const TokenTable> Table() {
 }
 const std::vector<int32_t> kForced = {3, 4, 5};  // "\n</think>\n\n"
 
-std::vector<uint8_t> Allowed(const ThinkingBudgetConstraint& c) {
+ReasoningConstraint Make(bool open, std::optional<int> budget, bool json = false) {
+  auto table = Table();
+  std::unique_ptr<TokenConstraint> inner;
+  if (json) inner = std::make_unique<JsonObjectConstraint>(table, JsonRecognizer(true, false));
+  return ReasoningConstraint(table, open ? State::kCounting : State::kIdle, budget, kForced,
+                             std::move(inner));
+}
+
+std::vector<uint8_t> Allowed(const ReasoningConstraint& c) {
   std::vector<uint8_t> a;
-  c.AllowedTokens(12, &a);
+  c.AllowedTokens(kVocab, &a);
   return a;
 }
 
-TEST(ThinkingBudget, ClosesTheBlockAfterTheBudget) {
-  ThinkingBudgetConstraint c(Table(), /*open=*/false, /*budget=*/3, kForced);
+std::vector<uint8_t> Only(std::vector<int> ids) {
+  std::vector<uint8_t> a(kVocab, 0);
+  for (int id : ids) a[id] = 1;
+  return a;
+}
+
+TEST(ReasoningConstraint, ClosesTheBlockAfterTheBudget) {
+  ReasoningConstraint c = Make(/*open=*/false, 3);
   EXPECT_EQ(c.state(), State::kIdle);
   c.Accept(11);  // leading whitespace: still undecided
-  c.Accept(0);   // <think>
+  EXPECT_EQ(c.state(), State::kIdle);
+  c.Accept(0);  // <think>
   EXPECT_EQ(c.state(), State::kCounting);
   for (int32_t id : {1, 2}) {
     EXPECT_TRUE(c.Allows(10));  // the model may still stop
@@ -48,52 +65,109 @@ TEST(ThinkingBudget, ClosesTheBlockAfterTheBudget) {
     EXPECT_FALSE(c.Allows(1));
     EXPECT_FALSE(c.Allows(10));  // no end of text before the block is closed
     EXPECT_TRUE(c.Allows(want));
-    std::vector<uint8_t> a = Allowed(c);
-    std::vector<uint8_t> only(12, 0);
-    only[want] = 1;
-    EXPECT_EQ(a, only);
+    EXPECT_EQ(Allowed(c), Only({want}));
     c.Accept(want);
   }
   EXPECT_EQ(c.state(), State::kDone);
-  EXPECT_EQ(Allowed(c), std::vector<uint8_t>(12, 1));
+  EXPECT_EQ(Allowed(c), std::vector<uint8_t>(kVocab, 1));
 }
 
-TEST(ThinkingBudget, TheModelClosingTheBlockEndsIt) {
-  // Also when "</think>" comes in pieces.
-  ThinkingBudgetConstraint c(Table(), /*open=*/true, /*budget=*/4, kForced);
-  EXPECT_EQ(c.state(), State::kCounting);
-  c.Accept(1);
-  c.Accept(8);  // "</"
-  c.Accept(9);  // "think>"
-  EXPECT_EQ(c.state(), State::kDone);
-  for (int i = 0; i < 10; ++i) c.Accept(1);
-  EXPECT_EQ(c.state(), State::kDone);
+TEST(ReasoningConstraint, TheModelClosingTheBlockEndsIt) {
+  // Also when "</think>" comes in pieces; without a budget the block is never forced shut.
+  for (std::optional<int> budget : {std::optional<int>(4), std::optional<int>()}) {
+    ReasoningConstraint c = Make(/*open=*/true, budget);
+    EXPECT_EQ(c.state(), State::kCounting);
+    c.Accept(1);
+    c.Accept(8);  // "</"
+    c.Accept(9);  // "think>"
+    EXPECT_EQ(c.state(), State::kDone);
+  }
+  ReasoningConstraint unbounded = Make(/*open=*/true, std::nullopt);
+  for (int i = 0; i < 100; ++i) unbounded.Accept(1);
+  EXPECT_EQ(unbounded.state(), State::kCounting);
 }
 
-TEST(ThinkingBudget, AnAnswerWithoutThinkingIsLeftAlone) {
-  ThinkingBudgetConstraint c(Table(), /*open=*/false, /*budget=*/1, kForced);
-  c.Accept(8);  // "</" is not how "<think>" begins
+TEST(ReasoningConstraint, AnAnswerWithoutThinkingIsLeftAlone) {
+  ReasoningConstraint c = Make(/*open=*/false, 1);
+  c.Accept(14);  // "<": the opening must be one token's text
   EXPECT_EQ(c.state(), State::kDone);
-  ThinkingBudgetConstraint d(Table(), /*open=*/false, /*budget=*/1, kForced);
+  ReasoningConstraint d = Make(/*open=*/false, 1);
   d.Accept(1);
+  EXPECT_EQ(d.state(), State::kDone);
+  for (int i = 0; i < 5; ++i) d.Accept(1);
   EXPECT_EQ(d.state(), State::kDone);
 }
 
-TEST(ThinkingBudget, ZeroClosesAtOnceAndCharactersStayWhole) {
-  ThinkingBudgetConstraint open(Table(), /*open=*/true, /*budget=*/0, kForced);
+TEST(ReasoningConstraint, ZeroClosesAtOnceAndCharactersStayWhole) {
+  ReasoningConstraint open = Make(/*open=*/true, 0);
   EXPECT_EQ(open.state(), State::kForcing);
   EXPECT_TRUE(open.Allows(3));
   EXPECT_FALSE(open.Allows(1));
-  ThinkingBudgetConstraint later(Table(), /*open=*/false, /*budget=*/0, kForced);
+  ReasoningConstraint later = Make(/*open=*/false, 0);
   later.Accept(0);
   EXPECT_EQ(later.state(), State::kForcing);
   // The budget ends on the first byte of a two-byte character: its second byte may follow.
-  ThinkingBudgetConstraint utf8(Table(), /*open=*/true, /*budget=*/2, kForced);
+  ReasoningConstraint utf8 = Make(/*open=*/true, 2);
   utf8.Accept(1);
   utf8.Accept(6);
   EXPECT_EQ(utf8.state(), State::kCounting);
   utf8.Accept(7);
   EXPECT_EQ(utf8.state(), State::kForcing);
+}
+
+TEST(ReasoningConstraint, AStructuredAnswerFollowsTheFreeBlock) {
+  // qwen3's format: before the block, the opening or the answer's first token; inside, any
+  // text; after it, only what the JSON object allows.
+  ReasoningConstraint c = Make(/*open=*/false, std::nullopt, /*json=*/true);
+  EXPECT_EQ(Allowed(c), Only({0, 3, 5, 11, 12}));  // <think>, whitespace, "{"
+  EXPECT_FALSE(c.Allows(1));
+  c.Accept(0);
+  EXPECT_EQ(Allowed(c), std::vector<uint8_t>(kVocab, 1));
+  c.Accept(1);
+  c.Accept(4);  // </think>
+  ASSERT_EQ(c.state(), State::kDone);
+  EXPECT_FALSE(c.Allows(1));
+  EXPECT_FALSE(c.Allows(10));  // not before the object
+  c.Accept(12);
+  c.Accept(13);
+  EXPECT_TRUE(c.Allows(10));
+  // An answer without the block is held from its first token.
+  ReasoningConstraint direct = Make(/*open=*/false, std::nullopt, /*json=*/true);
+  direct.Accept(12);
+  EXPECT_EQ(direct.state(), State::kDone);
+  EXPECT_FALSE(direct.Allows(0));
+  EXPECT_TRUE(direct.Allows(13));
+  // With a budget, the forced close leads to the structured answer too.
+  ReasoningConstraint forced = Make(/*open=*/true, 1, /*json=*/true);
+  forced.Accept(1);
+  for (int32_t id : kForced) forced.Accept(id);
+  ASSERT_EQ(forced.state(), State::kDone);
+  EXPECT_EQ(Allowed(forced), Only({3, 5, 11, 12}));
+}
+
+TEST(ReasoningConstraint, ThePromptSaysWhereTheBlockStands) {
+  EXPECT_EQ(ReasoningConstraint::StartOf("<|im_start|>assistant\n", "qwen3"), State::kIdle);
+  EXPECT_EQ(ReasoningConstraint::StartOf("<|im_start|>assistant\n", "deepseek_r1"),
+            State::kCounting);
+  // A template that opened the block, and one that wrote an empty one (thinking off).
+  EXPECT_EQ(ReasoningConstraint::StartOf("assistant\n<think>\n", "qwen3"), State::kCounting);
+  EXPECT_EQ(ReasoningConstraint::StartOf("<think>\n\n</think>\n\n", "deepseek_r1"), State::kDone);
+  // An earlier turn's closed block followed by more prompt: the format decides.
+  EXPECT_EQ(ReasoningConstraint::StartOf("</think>x<|im_start|>assistant\n", "qwen3"),
+            State::kIdle);
+  ReasoningConstraint off(Table(), State::kDone, 2, kForced, nullptr);
+  for (int i = 0; i < 5; ++i) off.Accept(1);
+  EXPECT_EQ(off.state(), State::kDone);
+}
+
+TEST(ReasoningConstraint, AnotherTokenWhileForcingStartsTheCloseOver) {
+  ReasoningConstraint c = Make(/*open=*/true, 0);
+  c.Accept(3);
+  c.Accept(1);  // replayed output that was not forced
+  EXPECT_EQ(c.state(), State::kForcing);
+  EXPECT_TRUE(c.Allows(3));
+  for (int32_t id : kForced) c.Accept(id);
+  EXPECT_EQ(c.state(), State::kDone);
 }
 
 }  // namespace

@@ -194,6 +194,7 @@ std::string MessagesField(const std::string& field) {
       {"tool_choice.function.", "tool_choice."},
       {"response_format.json_schema.schema", "output_config.format.schema"},
       {"response_format", "output_config.format"},
+      {"thinking_token_budget", "thinking.budget_tokens"},
   };
   std::string flat = FlatToolField(field);
   if (flat.empty()) return RenamePrefix(field, kPrefixes);
@@ -254,21 +255,12 @@ absl::StatusOr<ParsedRequest> ParseMessagesRequest(std::string_view body, const 
   TS_RETURN_IF_ERROR(Tools(root, &chat));
   TS_RETURN_IF_ERROR(OutputConfig(root, &chat));
   if (max_tokens.has_value()) chat["max_completion_tokens"] = *max_tokens;
+  if (thinking_budget.has_value()) chat["thinking_token_budget"] = *thinking_budget;
   if (!stop.empty()) chat["stop"] = std::move(stop);
   auto parsed = ParseRequestJson(Endpoint::kChat, chat, model, request_id);
   if (!parsed.ok()) return RenamedField(parsed.status(), MessagesField);
   ParsedRequest out = *std::move(parsed);
   out.endpoint = Endpoint::kMessages;
-  // budget_tokens closes the <think> block after that many tokens, unless the output is
-  // constrained (structured output, a forced tool call), which the budget cannot join.
-  for (v1::GenerateRequest& call : out.calls) {
-    v1::SamplingOptions* s = call.mutable_sampling();
-    if (!thinking_budget.has_value() ||
-        !(s->response_format().empty() || s->response_format() == "text"))
-      continue;
-    s->set_thinking_token_budget(static_cast<int32_t>(*thinking_budget));
-    s->set_reasoning_format(model.reasoning_parser);
-  }
   out.responses = {{"disable_parallel_tool_use", disable_parallel.value_or(false)}};
   return out;
 }

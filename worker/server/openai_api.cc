@@ -750,17 +750,25 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const json& ro
     v1::GenerateRequest r = base;
     TS_RETURN_IF_ERROR(ParseMessages(f, r.mutable_chat()));
     TS_RETURN_IF_ERROR(ParseTools(f, model, &r, &out));
-    // vLLM's: the <think> block is closed after this many tokens (thinking_budget.h).
-    if (auto budget = f.Integer("thinking_token_budget", 0, std::numeric_limits<int32_t>::max())) {
-      if (model.reasoning_parser.empty())
-        return Bad("thinking_token_budget", "needs a server started with --reasoning-parser");
-      const std::string& format = r.sampling().response_format();
-      if (!format.empty() && format != "text")
-        return Bad("thinking_token_budget",
-                   "cannot be combined with constrained decoding (response_format, guided "
-                   "decoding or a forced tool call)");
-      r.mutable_sampling()->set_thinking_token_budget(static_cast<int32_t>(*budget));
+    // A reasoning model (--reasoning-parser): constrained decoding holds only the answer after
+    // its <think> block, and thinking_token_budget (vLLM's) closes the block after N tokens
+    // (worker/sampling/thinking_budget.h). A forced tool call is held from the first token.
+    const std::optional<int64_t> budget =
+        f.Integer("thinking_token_budget", 0, std::numeric_limits<int32_t>::max());
+    const bool forced_call = out.tool_choice == ParsedRequest::ToolChoice::kNamed ||
+                             out.tool_choice == ParsedRequest::ToolChoice::kRequired;
+    if (budget.has_value() && model.reasoning_parser.empty())
+      return Bad("thinking_token_budget", "needs a server started with --reasoning-parser");
+    if (budget.has_value() && forced_call)
+      return Bad("thinking_token_budget",
+                 "cannot be combined with a forced tool call (tool_choice \"required\" or a "
+                 "named function)");
+    const std::string& format = r.sampling().response_format();
+    if (!model.reasoning_parser.empty() && !forced_call &&
+        (budget.has_value() || (!format.empty() && format != "text"))) {
       r.mutable_sampling()->set_reasoning_format(model.reasoning_parser);
+      if (budget.has_value())
+        r.mutable_sampling()->set_thinking_token_budget(static_cast<int32_t>(*budget));
     }
     // vLLM's: continue the final (assistant) message instead of starting a new turn.
     const bool continue_final = f.Bool("continue_final_message").value_or(false);

@@ -131,7 +131,7 @@ TEST(OpenAiParse, SamplingStopAndSelectionFields) {
   EXPECT_EQ(c.selection().params().at("gqa"), "max");
 }
 
-TEST(OpenAiParse, ThinkingTokenBudgetNeedsAParserAndFreeDecoding) {
+TEST(OpenAiParse, ThinkingTokenBudgetAndStructuredAnswersOfReasoningModels) {
   const ServedModel r1{"m", 8192, {}, "", "deepseek_r1"};
   const std::string ask = R"("messages": [{"role": "user", "content": "x"}])";
   auto r = ParseRequest(Endpoint::kChat, "{" + ask + R"(, "thinking_token_budget": 64})", r1, "q");
@@ -140,13 +140,28 @@ TEST(OpenAiParse, ThinkingTokenBudgetNeedsAParserAndFreeDecoding) {
   EXPECT_EQ(r->calls[0].sampling().reasoning_format(), "deepseek_r1");
   EXPECT_FALSE(
       MustParse(Endpoint::kChat, "{" + ask + "}").calls[0].sampling().has_thinking_token_budget());
-  // Without --reasoning-parser, with constrained decoding, negative: 400s naming the field.
+  // Constrained decoding holds the answer after the block: the format goes along, with or
+  // without a budget; a forced tool call is held from the first token.
+  auto json_mode = ParseRequest(
+      Endpoint::kChat, "{" + ask + R"(, "response_format": {"type": "json_object"}})", r1, "q");
+  ASSERT_TRUE(json_mode.ok()) << json_mode.status();
+  EXPECT_EQ(json_mode->calls[0].sampling().reasoning_format(), "deepseek_r1");
+  EXPECT_FALSE(json_mode->calls[0].sampling().has_thinking_token_budget());
+  const std::string tool = R"("tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object"}}}], "tool_choice": "required")";
+  auto called = ParseRequest(Endpoint::kChat, "{" + ask + ", " + tool + "}", r1, "q");
+  ASSERT_TRUE(called.ok()) << called.status();
+  EXPECT_EQ(called->calls[0].sampling().reasoning_format(), "");
+  EXPECT_EQ(MustParse(Endpoint::kChat, "{" + ask + R"(, "guided_regex": "a+"})")
+                .calls[0]
+                .sampling()
+                .reasoning_format(),
+            "");  // no parser, no block
+  // Without --reasoning-parser, negative, with a forced call: 400s naming the field.
   EXPECT_EQ(ParamOf(Endpoint::kChat, "{" + ask + R"(, "thinking_token_budget": 8})"),
             "thinking_token_budget");
-  for (const std::string extra : {R"("thinking_token_budget": -1)",
-                                  R"("thinking_token_budget": 8, "response_format": {"type":
-                                     "json_object"})",
-                                  R"("thinking_token_budget": 8, "guided_regex": "a+")"}) {
+  for (const std::string extra :
+       {std::string(R"("thinking_token_budget": -1)"), R"("thinking_token_budget": 8, )" + tool}) {
     auto bad = ParseRequest(Endpoint::kChat, "{" + ask + ", " + extra + "}", r1, "q");
     ASSERT_FALSE(bad.ok()) << extra;
     EXPECT_EQ(ErrorBody(bad.status())["error"]["param"], "thinking_token_budget") << extra;
