@@ -231,7 +231,9 @@ class ClusterTest(cl.ClusterCase):
                 serving = next((w for w in (w1, w2) if inflight(w) > 0), None)
                 time.sleep(0.02)
             self.assertIsNotNone(serving, "the stream never started")
-            time.sleep(0.5)  # some tokens out
+            # Some tokens out (a kill before the first would be a retry, not a migration).
+            self.assertTrue(cl.wait_for(lambda: (cl.metric(
+                r.metrics(), "tinyserve_router_time_to_first_token_seconds_count") or 0) >= 1, 30))
             serving.kill(how)
             t.join(120)
             res = out["res"]

@@ -165,7 +165,8 @@ class EmbeddingsTest(cl.ClusterCase):
             out["seconds"], out["end"] = time.monotonic() - start, time.monotonic()
         t = threading.Thread(target=call)
         t.start()
-        time.sleep(0.5)
+        self.assertTrue(cl.wait_for(  # the call is running on the worker
+            lambda: (w.server_info() or S.pb.ServerInfo()).running > 0, 30))
         w.kill(signal.SIGTERM)
         sigterm = time.monotonic()
         t.join(120)
