@@ -1168,7 +1168,8 @@ class OpenAiHttpTest(cl.ClusterCase):
         # --chat-template replaces the model's template, given as a file or inline (vLLM's
         # rule): chat prompts are rendered with it.
         template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
-                    "{% if add_generation_prompt %}<assistant>{% endif %}")
+                    "{% if add_generation_prompt %}<assistant>{% endif %}"
+                    "{% if reasoning_effort is defined %}[{{ reasoning_effort }}]{% endif %}")
         path = os.path.join(self.cluster.log_dir, "template.jinja")
         with open(path, "w") as f:
             f.write(template)
@@ -1186,6 +1187,11 @@ class OpenAiHttpTest(cl.ClusterCase):
             status, out = post(r.http_port, "/v1/chat/completions",
                                {"messages": messages, "max_tokens": 3, "temperature": 0})
             self.assertEqual((status, out["usage"]["prompt_tokens"]), (200, plain["count"]), out)
+            # OpenAI's reasoning_effort reaches the template as its variable (vLLM's rule).
+            status, effort = post(r.http_port, "/tokenize", {"messages": messages,
+                                                             "reasoning_effort": "low"})
+            self.assertEqual(effort["tokens"], post(r.http_port, "/tokenize", {
+                "prompt": want + "[low]", "add_special_tokens": False})[1]["tokens"])
             r.stop()
             w.stop()
         # Without it, the model's own template renders something else.

@@ -1,6 +1,8 @@
 #include "worker/server/openai_api.h"
 
+#include <algorithm>
 #include <cctype>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <set>
@@ -780,11 +782,21 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const json& ro
     if (generation_prompt.has_value())
       r.mutable_chat()->set_add_generation_prompt(*generation_prompt);
     r.mutable_chat()->set_continue_final_message(continue_final);
-    // vLLM's: more variables for the chat template ({"enable_thinking": false} for Qwen3).
-    if (const Json* kwargs = f.Get("chat_template_kwargs")) {
-      if (!kwargs->is_object()) return Bad("chat_template_kwargs", "must be an object");
-      r.mutable_chat()->set_template_kwargs_json(Dump(*kwargs));
+    // vLLM's: more variables for the chat template ({"enable_thinking": false} for Qwen3),
+    // and OpenAI's reasoning_effort as the template's variable of that name.
+    Json kwargs = Json::object();
+    if (const Json* k = f.Get("chat_template_kwargs")) {
+      if (!k->is_object()) return Bad("chat_template_kwargs", "must be an object");
+      kwargs = *k;
     }
+    if (std::optional<std::string> effort = f.String("reasoning_effort")) {
+      static constexpr std::string_view kEfforts[] = {"none", "minimal", "low", "medium", "high"};
+      if (std::find(std::begin(kEfforts), std::end(kEfforts), *effort) == std::end(kEfforts))
+        return Bad("reasoning_effort", "must be none, minimal, low, medium or high");
+      if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = *effort;
+    }
+    TS_RETURN_IF_ERROR(f.status());
+    if (!kwargs.empty()) r.mutable_chat()->set_template_kwargs_json(Dump(kwargs));
     prompts.push_back(std::move(r));
     echo.emplace_back();
   }

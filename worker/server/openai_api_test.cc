@@ -168,6 +168,26 @@ TEST(OpenAiParse, ThinkingTokenBudgetAndStructuredAnswersOfReasoningModels) {
   }
 }
 
+TEST(OpenAiParse, ReasoningEffortIsATemplateVariable) {
+  const std::string ask = R"("messages": [{"role": "user", "content": "x"}])";
+  auto kwargs = [&](const std::string& extra) {
+    return json::parse(MustParse(Endpoint::kChat, "{" + ask + ", " + extra + "}")
+                           .calls[0]
+                           .chat()
+                           .template_kwargs_json());
+  };
+  EXPECT_EQ(kwargs(R"("reasoning_effort": "high")"),
+            json::parse(R"({"reasoning_effort": "high"})"));
+  // chat_template_kwargs keeps its own, and its other variables.
+  EXPECT_EQ(kwargs(R"("reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort":
+                      "medium", "enable_thinking": true})"),
+            json::parse(R"({"reasoning_effort": "medium", "enable_thinking": true})"));
+  EXPECT_EQ(ParamOf(Endpoint::kChat, "{" + ask + R"(, "reasoning_effort": "max"})"),
+            "reasoning_effort");
+  EXPECT_EQ(ParamOf(Endpoint::kChat, "{" + ask + R"(, "reasoning_effort": 3})"),
+            "reasoning_effort");
+}
+
 TEST(OpenAiParse, StructuredOutputsAsVllmTakesThem) {
   const Endpoint kC = Endpoint::kCompletions;
   auto sampling = [&](const std::string& extra) {

@@ -190,6 +190,7 @@ std::string ResponsesField(const std::string& field) {
       {"response_format", "text.format"},
       {"tool_choice.function.", "tool_choice."},
       {"messages", "input"},
+      {"reasoning_effort", "reasoning.effort"},
   };
   const std::string flat = FlatToolField(field);
   return flat.empty() ? RenamePrefix(field, kPrefixes) : flat;
@@ -225,12 +226,13 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
   f.RejectUnless("prompt", false, "is not supported (reusable prompts are stored by OpenAI)");
   f.RejectUnless("truncation", f.String("truncation").value_or("") == "disabled",
                  "only \"disabled\" is supported (a prompt past the context is an error)");
+  // reasoning.effort is chat's reasoning_effort: a chat template variable (vLLM's rule).
+  json effort = nullptr;
   if (const json* reasoning = f.Get("reasoning")) {
-    const json* effort =
-        reasoning->is_object() && reasoning->contains("effort") ? &(*reasoning)["effort"] : nullptr;
-    if (!reasoning->is_object() || (effort != nullptr && !effort->is_null() && *effort != "none")) {
-      return Bad("reasoning", "is not supported: the model does not reason");
-    }
+    if (!reasoning->is_object()) return Bad("reasoning", "must be an object");
+    Fields rf(*reasoning, "reasoning.");
+    if (std::optional<std::string> e = rf.String("effort")) effort = *e;
+    TS_RETURN_IF_ERROR(rf.status());
   }
   const std::optional<int64_t> max_output =
       f.Integer("max_output_tokens", 1, std::numeric_limits<int32_t>::max());
@@ -270,6 +272,7 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
   }
   // Instructions, then the conversation continued (its own instructions are not carried
   // over), then this request's input.
+  if (!effort.is_null()) chat["reasoning_effort"] = effort;
   json messages = json::array();
   if (auto it = root.find("instructions"); it != root.end() && !it->is_null()) {
     if (!it->is_string()) return Bad("instructions", "must be a string");
@@ -311,7 +314,7 @@ absl::StatusOr<ParsedRequest> ParseResponsesRequest(std::string_view body, const
                    {"metadata", std::move(metadata)},
                    {"parallel_tool_calls", parallel.value_or(true)},
                    {"previous_response_id", previous.has_value() ? json(*previous) : json()},
-                   {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
+                   {"reasoning", {{"effort", effort}, {"summary", nullptr}}},
                    {"service_tier", echo("service_tier", "default")},
                    {"store", keep},
                    {"temperature", echo("temperature", 1.0)},

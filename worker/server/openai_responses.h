@@ -21,8 +21,9 @@
 // prompt_cache_key, service_tier, stream_options (ignored); vLLM's sampling extras as in chat
 // (seed, top_k, min_p, stop, selection, priority, cache_salt, structured_outputs, ...). Refused
 // unless neutral: conversation (the Conversations API is not served), background, prompt,
-// truncation "auto", reasoning with an effort, item_reference items, and input parts or tools
-// other than text and functions; previous_response_id without a store.
+// truncation "auto", item_reference items, and input parts or tools other than text and
+// functions; previous_response_id without a store. reasoning.effort is chat's
+// reasoning_effort (a chat template variable).
 //
 // Errors name the Responses field ("input[1].content[0]", "tools[0].parameters",
 // "max_output_tokens"), as the chat parser's name the chat field.

@@ -159,7 +159,8 @@ TEST(ResponsesParse, ErrorsNameTheResponsesField) {
   EXPECT_EQ(ParamOf(R"({"input": "x", "conversation": "conv_1"})"), "conversation");
   EXPECT_EQ(ParamOf(R"({"input": "x", "background": true})"), "background");
   EXPECT_EQ(ParamOf(R"({"input": "x", "truncation": "auto"})"), "truncation");
-  EXPECT_EQ(ParamOf(R"({"input": "x", "reasoning": {"effort": "high"}})"), "reasoning");
+  EXPECT_EQ(ParamOf(R"({"input": "x", "reasoning": {"effort": "extreme"}})"), "reasoning.effort");
+  EXPECT_EQ(ParamOf(R"({"input": "x", "reasoning": "high"})"), "reasoning");
   EXPECT_EQ(ParamOf(R"({"input": "x", "metadata": {"k": 1}})"), "metadata");
   EXPECT_EQ(ParamOf(R"({"input": "x", "include": "all"})"), "include");
   EXPECT_EQ(ParamOf(R"({"input": "x", "text": {"format": {"type": "json_schema"}}})"),
@@ -189,6 +190,14 @@ TEST(ResponsesParse, ErrorsNameTheResponsesField) {
                         "include": ["file_search_call.results"], "parallel_tool_calls": false,
                         "service_tier": "auto", "user": "u", "stream_options": {}})"),
             "<ok>");
+}
+
+TEST(ResponsesParse, ReasoningEffortIsATemplateVariable) {
+  // As vLLM passes it: chat's reasoning_effort, the chat template's variable of that name.
+  ParsedRequest r = MustParse(R"({"input": "x", "reasoning": {"effort": "low"}})");
+  EXPECT_EQ(json::parse(r.calls[0].chat().template_kwargs_json())["reasoning_effort"], "low");
+  EXPECT_EQ(r.responses["reasoning"]["effort"], "low");
+  EXPECT_TRUE(MustParse(R"({"input": "x"})").calls[0].chat().template_kwargs_json().empty());
 }
 
 TEST(ResponsesBuild, BodyIsAResponseObject) {
