@@ -642,8 +642,8 @@ class OpenAiHttpTest(cl.ClusterCase):
         ask = [{"role": "user", "content": "What is the capital of France?"}]
         # deepseek_r1's format: the prompt opened the block, so the first output tokens are
         # inside it. With a budget of 6 the block holds the model's own first 6 tokens (the
-        # greedy text a server without the parser gives), then "\n</think>\n\n" is forced and
-        # the answer goes on.
+        # greedy text a server without the parser gives), then "\n</think>" is forced and the
+        # answer goes on.
         first6 = client(plain.http_port).chat.completions.create(
             model="m", messages=ask, max_tokens=6, temperature=0).choices[0].message.content
         out = client(r.http_port).chat.completions.create(
@@ -651,7 +651,7 @@ class OpenAiHttpTest(cl.ClusterCase):
             extra_body={"thinking_token_budget": 6, "ignore_eos": True})
         msg = out.choices[0].message.model_dump()
         self.assertEqual(msg["reasoning_content"], first6 + "\n")
-        self.assertTrue(msg["content"].startswith("\n\n") and len(msg["content"]) > 2, msg)
+        self.assertTrue(msg["content"].strip(), msg)
         self.assertEqual(out.usage.completion_tokens, 30)
         # Anthropic's thinking.budget_tokens is the same budget.
         claude = anthropic.Anthropic(base_url=f"http://127.0.0.1:{r.http_port}",

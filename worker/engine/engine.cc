@@ -116,7 +116,7 @@ class Engine::Impl {
   std::unique_ptr<WeightSource> source;
   std::unique_ptr<Tokenizer> tok;
   std::vector<int32_t> eog_ids;  // end-of-generation ids (min_tokens holds them back)
-  std::vector<int32_t> think_close_ids;           // "\n</think>\n\n", forced by a thinking budget
+  std::vector<int32_t> think_close_ids;           // "\n</think>", forced by a thinking budget
   std::shared_ptr<const TokenTable> token_table;  // for constrained (JSON) decoding
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Communicator> comm;
@@ -1126,7 +1126,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   for (int32_t id = 0; id < impl->tok->vocab_size(); ++id) {
     if (impl->token_table->kind[id] == TokenTable::kEnd) impl->eog_ids.push_back(id);
   }
-  impl->think_close_ids = ForcedTokens(*impl->tok, "\n</think>\n\n");
+  impl->think_close_ids = ForcedTokens(*impl->tok, "\n</think>");
   impl->pool = std::make_unique<ThreadPool>(options.threads);
   const ModelConfig& mc = impl->source->config();
   impl->served_name = !options.served_model_name.empty() ? options.served_model_name
@@ -1317,16 +1317,11 @@ absl::Status Engine::Submit(GenerateRequest request, std::shared_ptr<RequestSink
                                                      m.opts.grammar_mask_budget);
   }
   if (!sp.reasoning_format.empty()) {
-    // A reasoning model: the constraint holds the answer after its <think> block. Where the
-    // block stands after the prompt is read from its last tokens' text.
-    std::string tail;
-    const std::vector<int32_t>& prompt = request.prompt_ids;
-    for (size_t i = prompt.size() > 16 ? prompt.size() - 16 : 0; i < prompt.size(); ++i) {
-      if (prompt[i] >= 0 && static_cast<size_t>(prompt[i]) < m.token_table->bytes.size())
-        tail += m.token_table->bytes[prompt[i]];
-    }
+    // A reasoning model: the constraint holds the answer after its <think> block, wherever
+    // the prompt left it.
     constraint = std::make_unique<ReasoningConstraint>(
-        m.token_table, ReasoningConstraint::StartOf(tail, sp.reasoning_format),
+        m.token_table,
+        ReasoningConstraint::StartOfPrompt(*m.token_table, request.prompt_ids, sp.reasoning_format),
         sp.thinking_token_budget, m.think_close_ids, std::move(constraint));
   }
   if (constraint != nullptr) s->sampler->SetConstraint(std::move(constraint));
@@ -1444,6 +1439,7 @@ absl::Status Engine::TpStatus() const {
 
 const ModelConfig& Engine::model_config() const { return impl_->model(); }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
+const TokenTable& Engine::token_table() const { return *impl_->token_table; }
 const EngineOptions& Engine::options() const { return impl_->opts; }
 int Engine::max_context() const { return impl_->max_context; }
 const std::string& Engine::served_name() const { return impl_->served_name; }

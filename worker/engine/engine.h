@@ -241,6 +241,7 @@ class Engine {
   EngineStats Stats() const;
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;
+  const TokenTable& token_table() const;  // MakeTokenTable(tokenizer())
   const EngineOptions& options() const;
   int max_context() const;
   // EngineOptions::served_model_name, or the model's own name, or its path.

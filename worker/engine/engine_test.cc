@@ -178,10 +178,10 @@ TEST(Engine, AThinkingBudgetForcesTheBlockShut) {
   // stories260K's SentencePiece vocabulary: the forced tokens are the literal's bytes (no
   // space put before them); the first tokens are the model's own, then the close is forced.
   auto e = MakeEngine();
-  const std::vector<int32_t> close = ForcedTokens(e->tokenizer(), "\n</think>\n\n");
+  const std::vector<int32_t> close = ForcedTokens(e->tokenizer(), "\n</think>");
   std::string text;
   for (int32_t id : close) text += e->tokenizer().TokenBytes(id);
-  EXPECT_EQ(text, "\n</think>\n\n");
+  EXPECT_EQ(text, "\n</think>");
   const std::string prompt = engine_testing::kPrompts[0];
   auto plain = std::make_shared<CollectSink>();
   ASSERT_TRUE(e->Submit(Greedy(*e, prompt, 24, true), plain).ok());

@@ -33,15 +33,31 @@ ReasoningConstraint::ReasoningConstraint(std::shared_ptr<const TokenTable> table
   if (start == State::kCounting || start == State::kForcing) StartCounting();
 }
 
-ReasoningConstraint::State ReasoningConstraint::StartOf(std::string_view prompt_tail,
+ReasoningConstraint::State ReasoningConstraint::StartOf(std::string_view turn,
                                                         std::string_view format) {
-  const size_t open = prompt_tail.rfind(kOpen), close = prompt_tail.rfind(kClose);
+  const size_t open = turn.rfind(kOpen), close = turn.rfind(kClose);
   if (open != std::string_view::npos && (close == std::string_view::npos || open > close))
     return State::kCounting;
-  if (close != std::string_view::npos &&
-      prompt_tail.find_first_not_of(kSpace, close + kClose.size()) == std::string_view::npos)
-    return State::kDone;
+  if (close != std::string_view::npos) return State::kDone;
   return format == "deepseek_r1" ? State::kCounting : State::kIdle;
+}
+
+ReasoningConstraint::State ReasoningConstraint::StartOfPrompt(const TokenTable& table,
+                                                              const std::vector<int32_t>& prompt,
+                                                              std::string_view format) {
+  size_t from = prompt.size();
+  for (size_t steps = 0; from > 0 && steps < 4096; --from, ++steps) {
+    const int32_t id = prompt[from - 1];
+    if (id < 0 || static_cast<size_t>(id) >= table.bytes.size()) continue;
+    const std::string& b = table.bytes[id];
+    if (table.kind[id] != TokenTable::kNormal && b != kOpen && b != kClose) break;
+  }
+  std::string turn;
+  for (size_t i = from; i < prompt.size(); ++i) {
+    if (prompt[i] >= 0 && static_cast<size_t>(prompt[i]) < table.bytes.size())
+      turn += table.bytes[prompt[i]];
+  }
+  return StartOf(turn, format);
 }
 
 std::string_view ReasoningConstraint::BytesOf(int32_t id) const {
@@ -49,6 +65,11 @@ std::string_view ReasoningConstraint::BytesOf(int32_t id) const {
       table_->kind[id] == TokenTable::kEnd)
     return {};
   return table_->bytes[id];
+}
+
+bool ReasoningConstraint::IsEnd(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < table_->kind.size() &&
+         table_->kind[id] == TokenTable::kEnd;
 }
 
 bool ReasoningConstraint::Opens(int32_t id) const {
@@ -71,8 +92,8 @@ bool ReasoningConstraint::Allows(int32_t id) const {
   switch (state_) {
     case State::kIdle:
       return inner_ == nullptr || Opens(id) || inner_->Allows(id);
-    case State::kCounting:
-      return true;
+    case State::kCounting:  // with a structured answer to come, no end inside the block
+      return inner_ == nullptr || !IsEnd(id);
     case State::kForcing:
       return id == forced_[next_];
     case State::kDone:
@@ -87,6 +108,10 @@ void ReasoningConstraint::AllowedTokens(int vocab, std::vector<uint8_t>* allowed
     if (forced_[next_] >= 0 && forced_[next_] < vocab) (*allowed)[forced_[next_]] = 1;
   } else if (state_ == State::kCounting || inner_ == nullptr) {
     allowed->assign(vocab, 1);
+    if (state_ == State::kCounting && inner_ != nullptr) {
+      const int n = std::min<int>(vocab, static_cast<int>(table_->kind.size()));
+      for (int id = 0; id < n; ++id) (*allowed)[id] = !IsEnd(id);
+    }
   } else {
     inner_->AllowedTokens(vocab, allowed);
     if (state_ == State::kIdle) {

@@ -4,15 +4,17 @@
 // regex, grammar) holds only the answer after it. With a budget (vLLM's
 // thinking_token_budget, llama.cpp's reasoning budget, Anthropic's thinking.budget_tokens),
 // once the model has spent `budget` tokens inside the block without closing it, the block is
-// closed for it: the tokens of "\n</think>\n\n" are forced one by one.
+// closed for it: the tokens of "\n</think>" are forced one by one (the model, or the inner
+// constraint, goes on from there).
 //
 //   kIdle      (qwen3's format) thinking has not begun: a token whose text (after leading
 //              whitespace) starts with "<think>" opens the block (Qwen3's and DeepSeek's
 //              vocabularies have it as one token); any other text begins the answer (kDone).
 //              Whitespace before either is given to the inner constraint too.
 //   kCounting  inside the block (deepseek_r1's format starts here: its prompt opened it):
-//              anything goes; "</think>" from the model ends it (kDone); the budget's last
-//              token, or the end of a UTF-8 character it began, starts kForcing.
+//              anything goes but, with an inner constraint, the end of generation (the answer
+//              must come); "</think>" from the model ends it (kDone); the budget's last token,
+//              or the end of a UTF-8 character it began, starts kForcing.
 //   kForcing   only the next forced token is allowed.
 //   kDone      the inner constraint's rules (everything without one).
 //
@@ -37,14 +39,19 @@ class ReasoningConstraint final : public TokenConstraint {
   // start: kIdle (qwen3: the output may open the block), kCounting (the prompt opened it:
   // deepseek_r1, or a prompt ending inside a block) or kDone (the prompt closed it: thinking
   // turned off). budget: tokens inside the block (unset: no limit). forced: the tokens of
-  // "\n</think>\n\n". inner: what the answer is held to (null: nothing).
+  // "\n</think>". inner: what the answer is held to (null: nothing).
   ReasoningConstraint(std::shared_ptr<const TokenTable> table, State start,
                       std::optional<int> budget, std::vector<int32_t> forced,
                       std::unique_ptr<TokenConstraint> inner);
-  // The state a prompt leaves for `format` ("qwen3", "deepseek_r1"): kCounting when its text
-  // ends inside a <think> block, kDone when it ends with a closed one ("</think>" and
-  // whitespace), else the format's own start (deepseek_r1's prompt opens the block).
-  static State StartOf(std::string_view prompt_tail, std::string_view format);
+  // The state the current assistant turn's text (what the prompt holds of it) leaves for
+  // `format` ("qwen3", "deepseek_r1"): kCounting inside an open <think> block, kDone after a
+  // closed one (thinking turned off, or continued past it), else the format's own start
+  // (deepseek_r1's prompt opens the block).
+  static State StartOf(std::string_view turn, std::string_view format);
+  // StartOf the prompt's text after its last special token other than the think tags (the
+  // assistant header), at most 4096 tokens back.
+  static State StartOfPrompt(const TokenTable& table, const std::vector<int32_t>& prompt,
+                             std::string_view format);
 
   bool Allows(int32_t id) const override;
   void AllowedTokens(int vocab, std::vector<uint8_t>* allowed) const override;
@@ -55,6 +62,7 @@ class ReasoningConstraint final : public TokenConstraint {
  private:
   std::string_view BytesOf(int32_t id) const;
   bool Opens(int32_t id) const;  // kIdle: the token opens the block
+  bool IsEnd(int32_t id) const;  // an end-of-generation token
   void StartCounting();
 
   std::shared_ptr<const TokenTable> table_;

@@ -14,18 +14,20 @@ namespace {
 using State = ReasoningConstraint::State;
 
 // Tokens: 0 "<think>", 1 "a", 2 " b", 3 "\n", 4 "</think>", 5 "\n\n", 6 "é"'s first byte,
-// 7 its second byte, 8 "</", 9 "think>", 10 end of text, 11 "  ", 12 "{", 13 "}", 14 "<".
-constexpr int kVocab = 15;
+// 7 its second byte, 8 "</", 9 "think>", 10 end of text, 11 "  ", 12 "{", 13 "}", 14 "<",
+// 15 "<|im_start|>" (a special token).
+constexpr int kVocab = 16;
 std::shared_ptr<const TokenTable> Table() {
   auto t = std::make_shared<TokenTable>();
   t->bytes = {"<think>", "a",      " b", "\n", "</think>", "\n\n", "\xC3", "\xA9",
-              "</",      "think>", "",   "  ", "{",        "}",    "<"};
+              "</",      "think>", "",   "  ", "{",        "}",    "<",    "<|im_start|>"};
   t->kind.assign(t->bytes.size(), TokenTable::kNormal);
   t->kind[10] = TokenTable::kEnd;
+  t->kind[15] = TokenTable::kSpecial;
   t->Index();
   return t;
 }
-const std::vector<int32_t> kForced = {3, 4, 5};  // "\n</think>\n\n"
+const std::vector<int32_t> kForced = {3, 4};  // "\n</think>"
 
 ReasoningConstraint Make(bool open, std::optional<int> budget, bool json = false) {
   auto table = Table();
@@ -122,7 +124,9 @@ TEST(ReasoningConstraint, AStructuredAnswerFollowsTheFreeBlock) {
   EXPECT_EQ(Allowed(c), Only({0, 3, 5, 11, 12}));  // <think>, whitespace, "{"
   EXPECT_FALSE(c.Allows(1));
   c.Accept(0);
-  EXPECT_EQ(Allowed(c), std::vector<uint8_t>(kVocab, 1));
+  std::vector<uint8_t> all_but_end(kVocab, 1);
+  all_but_end[10] = 0;  // the answer must come
+  EXPECT_EQ(Allowed(c), all_but_end);
   c.Accept(1);
   c.Accept(4);  // </think>
   ASSERT_EQ(c.state(), State::kDone);
@@ -143,6 +147,12 @@ TEST(ReasoningConstraint, AStructuredAnswerFollowsTheFreeBlock) {
   for (int32_t id : kForced) forced.Accept(id);
   ASSERT_EQ(forced.state(), State::kDone);
   EXPECT_EQ(Allowed(forced), Only({3, 5, 11, 12}));
+  // Inside the block the model may not stop when an answer is to follow; without one it may.
+  ReasoningConstraint inside = Make(/*open=*/true, std::nullopt, /*json=*/true);
+  EXPECT_FALSE(inside.Allows(10));
+  EXPECT_EQ(Allowed(inside)[10], 0);
+  EXPECT_EQ(Allowed(inside)[1], 1);
+  EXPECT_TRUE(Make(/*open=*/true, std::nullopt).Allows(10));
 }
 
 TEST(ReasoningConstraint, ThePromptSaysWhereTheBlockStands) {
@@ -152,9 +162,19 @@ TEST(ReasoningConstraint, ThePromptSaysWhereTheBlockStands) {
   // A template that opened the block, and one that wrote an empty one (thinking off).
   EXPECT_EQ(ReasoningConstraint::StartOf("assistant\n<think>\n", "qwen3"), State::kCounting);
   EXPECT_EQ(ReasoningConstraint::StartOf("<think>\n\n</think>\n\n", "deepseek_r1"), State::kDone);
-  // An earlier turn's closed block followed by more prompt: the format decides.
-  EXPECT_EQ(ReasoningConstraint::StartOf("</think>x<|im_start|>assistant\n", "qwen3"),
-            State::kIdle);
+  // A reply continued past its closed block is in the answer.
+  EXPECT_EQ(ReasoningConstraint::StartOf("<think>x</think>The", "qwen3"), State::kDone);
+  // The prompt is read from its last special token (the assistant header) on: a user's
+  // "<think>" or an earlier turn's block before it does not count; the think tags do not stop it.
+  const auto table = Table();
+  auto of = [&](std::vector<int32_t> prompt, const char* format) {
+    return ReasoningConstraint::StartOfPrompt(*table, prompt, format);
+  };
+  EXPECT_EQ(of({1, 0, 15, 1}, "qwen3"), State::kIdle);
+  EXPECT_EQ(of({0, 4, 15, 1}, "deepseek_r1"), State::kCounting);
+  EXPECT_EQ(of({15, 1, 0, 3}, "qwen3"), State::kCounting);
+  EXPECT_EQ(of({15, 0, 3, 4, 5}, "deepseek_r1"), State::kDone);
+  EXPECT_EQ(of({}, "qwen3"), State::kIdle);
   ReasoningConstraint off(Table(), State::kDone, 2, kForced, nullptr);
   for (int i = 0; i < 5; ++i) off.Accept(1);
   EXPECT_EQ(off.state(), State::kDone);

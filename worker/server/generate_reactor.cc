@@ -1,10 +1,12 @@
 #include "worker/server/generate_reactor.h"
 
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/timer.h"
+#include "worker/sampling/thinking_budget.h"
 #include "worker/server/api_util.h"
 #include "worker/server/block_hash.h"
 #include "worker/server/proto_convert.h"
@@ -75,6 +77,19 @@ GenerateReactor::GenerateReactor(WorkerState* state, grpc::CallbackServerContext
   req.request_id = request_id_;
   req.deadline = EngineDeadline(*context);
   want_logprobs_ = req.sampling.logprobs >= 0;
+  if (!req.sampling.reasoning_format.empty()) {  // told to the reader in the first chunk
+    switch (ReasoningConstraint::StartOfPrompt(engine.token_table(), req.prompt_ids,
+                                               req.sampling.reasoning_format)) {
+      case ReasoningConstraint::State::kIdle:
+        reasoning_start_ = v1::REASONING_START_IDLE;
+        break;
+      case ReasoningConstraint::State::kDone:
+        reasoning_start_ = v1::REASONING_START_CLOSED;
+        break;
+      default:
+        reasoning_start_ = v1::REASONING_START_OPEN;
+    }
+  }
   if (span_->recording()) {  // the attributes vLLM's spans carry (OpenTelemetry gen_ai.*)
     span_->Set("gen_ai.request.id", request_id_);
     span_->Set("gen_ai.request.max_tokens", static_cast<int64_t>(req.sampling.max_tokens));
@@ -143,6 +158,7 @@ void GenerateReactor::OnEngineTokens(const std::vector<GeneratedToken>& tokens,
       top->set_text(SanitizeUtf8(tok.TokenBytes(alt.id)));
     }
   };
+  chunk->set_reasoning_start(std::exchange(reasoning_start_, v1::REASONING_START_UNSPECIFIED));
   for (const GeneratedToken& t : prompt_lp_) fill(t, chunk->add_prompt_logprobs());
   std::vector<GeneratedToken>().swap(prompt_lp_);
   std::string text;

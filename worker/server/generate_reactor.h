@@ -38,6 +38,8 @@ class GenerateReactor final : public QueuedStreamReactor {
   std::string request_id_;
   std::atomic<bool> submitted_{false};
   bool want_logprobs_ = false;
+  // Sent once, in the first chunk (Chunk.reasoning_start).
+  tinyserve::v1::ReasoningStart reasoning_start_ = tinyserve::v1::REASONING_START_UNSPECIFIED;
   std::vector<GeneratedToken> prompt_lp_;
   std::unique_ptr<Span> span_;  // "tinyserve.worker.generate", under the caller's traceparent
 };

@@ -765,9 +765,9 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const json& ro
       return Bad("thinking_token_budget",
                  "cannot be combined with a forced tool call (tool_choice \"required\" or a "
                  "named function)");
-    const std::string& format = r.sampling().response_format();
-    if (!model.reasoning_parser.empty() && !forced_call &&
-        (budget.has_value() || (!format.empty() && format != "text"))) {
+    // The worker then also says where the prompt left the block (Chunk.reasoning_start), so
+    // the output is split as it was held.
+    if (!model.reasoning_parser.empty() && !forced_call) {
       r.mutable_sampling()->set_reasoning_format(model.reasoning_parser);
       if (budget.has_value())
         r.mutable_sampling()->set_thinking_token_budget(static_cast<int32_t>(*budget));
@@ -1195,14 +1195,17 @@ ReasoningSplit SplitReasoning(std::string_view text, const std::string& parser, 
     }
     return s;
   }
-  // Streaming: a block opens at the very start (deepseek_r1: or is open from the prompt).
-  if (n < kOpen.size() && kOpen.substr(0, n) == text) {
+  // Streaming: a block opens at the start, after any whitespace (deepseek_r1: or is open from
+  // the prompt).
+  const size_t lead = std::min(text.find_first_not_of(" \t\r\n"), n);
+  const std::string_view rest = text.substr(lead);
+  if (rest.size() < kOpen.size() && kOpen.substr(0, rest.size()) == rest) {
     s.stable = 0;  // may still become "<think>"
     return s;
   }
-  const bool opened = text.substr(0, kOpen.size()) == kOpen;
+  const bool opened = rest.substr(0, kOpen.size()) == kOpen;
   if (!opened && parser == "qwen3") return s;
-  s.reasoning_begin = opened ? kOpen.size() : 0;
+  s.reasoning_begin = opened ? lead + kOpen.size() : 0;
   const size_t close = text.find(kClose, s.reasoning_begin);
   if (close != std::string_view::npos) {
     s.reasoning_end = close;
@@ -1219,7 +1222,7 @@ ReasoningSplit SplitReasoning(std::string_view text, const std::string& parser, 
 
 std::string ResponseBuilder::StreamReasoning(Choice& c, bool done, std::string* answer) const {
   const std::string& t = c.text;
-  ReasoningSplit s = SplitReasoning(t, request_.reasoning_parser, /*final=*/false);
+  ReasoningSplit s = SplitReasoning(t, ParserOf(c), /*final=*/false);
   if (done && s.stable < t.size()) {
     if (s.stable == 0 && s.reasoning_end == 0) {  // a bare "<thi...": content after all
       s = ReasoningSplit();
@@ -1304,6 +1307,18 @@ std::vector<json> ResponseBuilder::Chunks(int index, const v1::GenerateResponse&
   const bool tools = request_.tool_choice != ParsedRequest::ToolChoice::kOff && !auto_tools;
   // A thinking model's <think> block (not with a forced call: that output is the call's JSON).
   const bool reasoning = !request_.reasoning_parser.empty() && !tools;
+  if (reasoning && response.has_chunk() && !c.parser.has_value()) {
+    switch (response.chunk().reasoning_start()) {
+      case v1::REASONING_START_OPEN:
+        c.parser = "deepseek_r1";
+        break;
+      case v1::REASONING_START_CLOSED:
+        c.parser = "";
+        break;
+      default:
+        c.parser = request_.reasoning_parser;
+    }
+  }
   if (reasoning && request_.stream) return ReasoningChunks(index, response);
   if (response.has_chunk()) {
     const v1::Chunk& chunk = response.chunk();
@@ -1355,7 +1370,7 @@ std::vector<json> ResponseBuilder::Chunks(int index, const v1::GenerateResponse&
     c.complete = response.complete();
     c.finish_reason = FinishReasonName(response.complete().finish_reason());
     if (reasoning) {  // not streamed (ReasoningChunks streams): the block out of the text
-      const ReasoningSplit s = SplitReasoning(c.text, request_.reasoning_parser, /*final=*/true);
+      const ReasoningSplit s = SplitReasoning(c.text, ParserOf(c), /*final=*/true);
       if (s.content_begin > 0) {
         c.reasoning = c.text.substr(s.reasoning_begin, s.reasoning_end - s.reasoning_begin);
         c.text.erase(0, s.content_begin);

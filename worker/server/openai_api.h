@@ -203,7 +203,14 @@ class ResponseBuilder final : public AnswerBuilder {
     // streamed, how far into `text` the reasoning deltas went.
     Json reasoning;
     size_t rsent = 0;
+    // The reasoning parser for this choice's text: the request's, or, once the first chunk
+    // says where the prompt left the <think> block, one that reads it so (an open block:
+    // deepseek_r1's rules; a closed one: none).
+    std::optional<std::string> parser;
   };
+  const std::string& ParserOf(const Choice& choice) const {
+    return choice.parser.has_value() ? *choice.parser : request_.reasoning_parser;
+  }
   // Streamed with a reasoning parser: the reasoning not sent yet (advancing choice.rsent) and
   // the answer so far (the text after the <think> block; what may still be a tag held back).
   // done: the output is complete (nothing is held back).

@@ -160,7 +160,7 @@ TEST(OpenAiParse, ThinkingTokenBudgetAndStructuredAnswersOfReasoningModels) {
   // Without --reasoning-parser, negative, with a forced call: 400s naming the field.
   EXPECT_EQ(ParamOf(Endpoint::kChat, "{" + ask + R"(, "thinking_token_budget": 8})"),
             "thinking_token_budget");
-  for (const std::string extra :
+  for (const std::string& extra :
        {std::string(R"("thinking_token_budget": -1)"), R"("thinking_token_budget": 8, )" + tool}) {
     auto bad = ParseRequest(Endpoint::kChat, "{" + ask + ", " + extra + "}", r1, "q");
     ASSERT_FALSE(bad.ok()) << extra;
@@ -830,6 +830,51 @@ TEST(OpenAiResponse, ReasoningParsers) {
   StreamedChoice got;
   got.Feed(b.OnResponse(0, Chunk("Sum.</think>4", 3, -0.1f)));
   got.Feed(b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 1)));
+  EXPECT_EQ(got.reasoning, "Sum.");
+  EXPECT_EQ(got.content, "4");
+}
+
+TEST(OpenAiResponse, TheWorkerSaysWhereThePromptLeftTheBlock) {
+  // Chunk.reasoning_start overrides the parser's guess: a block the prompt opened (a Qwen3
+  // thinking template) is read under qwen3 too, and one it closed (thinking off) leaves
+  // deepseek_r1's output all answer. Streamed and not; the parse sets reasoning_format.
+  const std::string body = R"({"messages": [{"role": "user", "content": "2+2?"}])";
+  for (const bool stream : {false, true}) {
+    for (const auto& [parser, start, reasoning, content] :
+         {std::tuple{"qwen3", v1::REASONING_START_OPEN, "Sum.", "4"},
+          std::tuple{"deepseek_r1", v1::REASONING_START_CLOSED, "", "Sum.</think>4"},
+          std::tuple{"qwen3", v1::REASONING_START_IDLE, "", "Sum.</think>4"}}) {
+      const ServedModel m{"m", 8192, {}, "", parser};
+      auto r =
+          ParseRequest(Endpoint::kChat, body + (stream ? R"(, "stream": true})" : "}"), m, "req");
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->calls[0].sampling().reasoning_format(), parser);
+      ResponseBuilder b(*r, "chatcmpl-w", 5);
+      v1::GenerateResponse first = Chunk("Sum.</thi", 3, -0.1f);
+      first.mutable_chunk()->set_reasoning_start(start);
+      StreamedChoice got;
+      got.Feed(b.OnResponse(0, first));
+      got.Feed(b.OnResponse(0, Chunk("nk>4", 3, -0.1f)));
+      got.Feed(b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 2)));
+      if (!stream) {
+        const json msg = json::parse(b.Body())["choices"][0]["message"];
+        got.reasoning = msg.value("reasoning_content", "");
+        got.content = msg["content"];
+      }
+      EXPECT_EQ(got.reasoning, reasoning) << parser << " " << start << " " << stream;
+      EXPECT_EQ(got.content, content) << parser << " " << start << " " << stream;
+    }
+  }
+  // Streamed qwen3: whitespace before <think> (which the worker allows) is not content.
+  const ServedModel q{"m", 8192, {}, "", "qwen3"};
+  auto r = ParseRequest(Endpoint::kChat, body + R"(, "stream": true})", q, "req");
+  ASSERT_TRUE(r.ok());
+  ResponseBuilder b(*r, "chatcmpl-q", 5);
+  StreamedChoice got;
+  got.Feed(b.OnResponse(0, Chunk("\n", 3, -0.1f)));
+  EXPECT_EQ(got.reasoning + got.content, "");  // may still open a block
+  got.Feed(b.OnResponse(0, Chunk("<think>Sum.</think>4", 3, -0.1f)));
+  got.Feed(b.OnResponse(0, Complete(v1::FINISH_REASON_EOS, 7, 2)));
   EXPECT_EQ(got.reasoning, "Sum.");
   EXPECT_EQ(got.content, "4");
 }
