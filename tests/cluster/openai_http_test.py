@@ -940,6 +940,16 @@ class OpenAiHttpTest(cl.ClusterCase):
         third = api.responses.create(previous_response_id=streamed.id, input="Thanks.", **greedy)
         self.assertGreater(third.usage.input_tokens, second.usage.input_tokens)
 
+        # The items that made a response: the earlier turns' and its own input, newest first
+        # (OpenAI's order), paged by item id.
+        items = api.responses.input_items.list(second.id)
+        self.assertEqual([i.role for i in items.data], ["user", "assistant", "user"])
+        self.assertEqual(items.data[0].content, "What is my name?")
+        self.assertEqual(items.data[1].content[0].text, first.output_text)
+        self.assertFalse(items.has_more)
+        paged = [i.id for i in api.responses.input_items.list(second.id, limit=1, order="asc")]
+        self.assertEqual(paged, [i.id for i in reversed(items.data)])
+        self.assertEqual(len(set(paged)), 3)
         # GET /v1/responses/{id} gives the response back; DELETE forgets it, and the turns
         # after it can no longer be continued.
         got = api.responses.retrieve(second.id)

@@ -6,10 +6,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -566,6 +569,12 @@ std::string ResponseIdOf(mg_connection* conn) {
   return path.substr(std::string_view("/v1/responses/").size());
 }
 
+// An item's "id" ("" when it has none that is a string).
+std::string ItemId(const json& item) {
+  auto it = item.is_object() ? item.find("id") : item.end();
+  return it != item.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 int ResponseNotFound(mg_connection* conn, const std::string& id) {
   return SendError(conn, 404,
                    absl::StrCat("no stored response '", id.substr(0, 100),
@@ -576,14 +585,61 @@ int ResponseNotFound(mg_connection* conn, const std::string& id) {
 }  // namespace
 
 int HttpFrontend::GetResponse(mg_connection* conn, const std::string&) {
-  const std::string id = ResponseIdOf(conn);
-  if (id.find('/') != std::string::npos) {
-    return SendError(conn, 404, "only GET /v1/responses/{id} is served (not .../input_items)",
-                     "not_found_error");
+  std::string id = ResponseIdOf(conn);
+  if (const size_t slash = id.find('/'); slash != std::string::npos) {
+    if (id.substr(slash) != "/input_items") {
+      return SendError(conn, 404, "only /v1/responses/{id} and its /input_items are served",
+                       "not_found_error");
+    }
+    id.resize(slash);
+    return InputItems(conn, id);
   }
   std::optional<std::string> response = responses_ != nullptr ? responses_->Get(id) : std::nullopt;
   if (!response.has_value()) return ResponseNotFound(conn, id);
   return SendBody(conn, 200, *response);
+}
+
+// OpenAI's item list: the items that made the response (earlier turns' inputs and outputs, then
+// its own input), newest first unless order=asc, `limit` (1..100, default 20) at a time after
+// the item `after`.
+int HttpFrontend::InputItems(mg_connection* conn, const std::string& id) {
+  const char* query = mg_get_request_info(conn)->query_string;
+  auto var = [&](const char* name) {
+    char buf[256];
+    const int n =
+        query == nullptr ? -1 : mg_get_var(query, std::strlen(query), name, buf, sizeof buf);
+    return n < 0 ? std::optional<std::string>() : std::optional<std::string>(std::string(buf, n));
+  };
+  int limit = 20;
+  if (auto l = var("limit");
+      l.has_value() && (!absl::SimpleAtoi(*l, &limit) || limit < 1 || limit > 100))
+    return SendError(conn, 400, "limit: must be an integer in [1, 100]", "invalid_request_error");
+  const std::string order = var("order").value_or("desc");
+  if (order != "asc" && order != "desc")
+    return SendError(conn, 400, "order: must be asc or desc", "invalid_request_error");
+  absl::StatusOr<json> items =
+      responses_ != nullptr ? responses_->Conversation(id, false) : absl::NotFoundError("");
+  if (!items.ok()) return ResponseNotFound(conn, id);
+  if (order == "desc") std::reverse(items->begin(), items->end());
+  size_t from = 0;
+  if (auto after = var("after")) {
+    while (from < items->size() && ItemId((*items)[from]) != *after) ++from;
+    if (from == items->size())
+      return SendError(conn, 400, "after: no such item in the list", "invalid_request_error");
+    ++from;
+  }
+  json data = json::array();
+  for (size_t i = from; i < items->size() && data.size() < static_cast<size_t>(limit); ++i)
+    data.push_back((*items)[i]);
+  const bool more = from + data.size() < items->size();
+  json first = data.empty() ? json() : json(ItemId(data.front()));
+  json last = data.empty() ? json() : json(ItemId(data.back()));
+  return SendBody(conn, 200,
+                  Dump({{"object", "list"},
+                        {"data", std::move(data)},
+                        {"first_id", std::move(first)},
+                        {"last_id", std::move(last)},
+                        {"has_more", more}}));
 }
 
 int HttpFrontend::DeleteResponse(mg_connection* conn, const std::string&) {
@@ -702,9 +758,16 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
     const openai::Json& response = responses->Final();
     if (response.is_object() && response["status"] != "failed") {
       const openai::Json& previous = parsed->responses["previous_response_id"];
+      // Input items get ids of their own (GET .../input_items lists and pages by them).
+      openai::Json input = parsed->responses_input;
+      std::random_device rd;
+      const std::string base = absl::StrFormat("msg_%08x%08x%08x_", rd(), rd(), rd());
+      for (size_t i = 0; i < input.size(); ++i) {
+        if (input[i].is_object() && ItemId(input[i]).empty())
+          input[i]["id"] = absl::StrCat(base, i);
+      }
       responses_->Put(response["id"].get<std::string>(),
-                      previous.is_string() ? previous.get<std::string>() : "",
-                      parsed->responses_input, response);
+                      previous.is_string() ? previous.get<std::string>() : "", input, response);
     }
   }
   if (parsed->stream) {

@@ -110,6 +110,7 @@ class HttpFrontend {
   // GET and DELETE /v1/responses/{id}: a stored response.
   int GetResponse(mg_connection* conn, const std::string& body);
   int DeleteResponse(mg_connection* conn, const std::string& body);
+  int InputItems(mg_connection* conn, const std::string& id);  // GET .../{id}/input_items
   int Messages(mg_connection* conn, const std::string& body);
   int CountTokens(mg_connection* conn, const std::string& body);
   int Models(mg_connection* conn, const std::string& body);

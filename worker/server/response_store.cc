@@ -45,7 +45,7 @@ void ResponseStore::Erase(std::unordered_map<std::string, Entry>::iterator it) {
   entries_.erase(it);
 }
 
-absl::StatusOr<json> ResponseStore::Conversation(const std::string& id) {
+absl::StatusOr<json> ResponseStore::Conversation(const std::string& id, bool with_output) {
   std::vector<std::pair<Text, Text>> chain;  // newest first
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -67,6 +67,7 @@ absl::StatusOr<json> ResponseStore::Conversation(const std::string& id) {
   json items = json::array();
   for (auto turn = chain.rbegin(); turn != chain.rend(); ++turn) {
     for (json& item : json::parse(*turn->first)) items.push_back(std::move(item));
+    if (!with_output && turn + 1 == chain.rend()) break;
     json response = json::parse(*turn->second);
     for (json& item : response["output"]) items.push_back(std::move(item));
   }

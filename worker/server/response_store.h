@@ -37,9 +37,11 @@ class ResponseStore {
   bool Put(const std::string& id, const std::string& previous_id,
            const nlohmann::ordered_json& input, const nlohmann::ordered_json& response);
   // The conversation up to and including response `id`, as Responses input items, oldest
-  // first: each turn's input items, then its output items. NotFound names the missing
-  // response.
-  absl::StatusOr<nlohmann::ordered_json> Conversation(const std::string& id);
+  // first: each turn's input items, then its output items (with_output false: not response
+  // `id`'s own, which leaves the items that made it: GET .../input_items). NotFound names the
+  // missing response.
+  absl::StatusOr<nlohmann::ordered_json> Conversation(const std::string& id,
+                                                      bool with_output = true);
   // The stored response object, as JSON text.
   std::optional<std::string> Get(const std::string& id);
   // False when there was none.

@@ -50,6 +50,11 @@ TEST(ResponseStore, AConversationIsItsChainOfTurns) {
   auto c = store.Conversation("c");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(TextOf((*c)[2]), "five");
+  // The items that made b: all but its own answer.
+  auto made_b = store.Conversation("b", /*with_output=*/false);
+  ASSERT_TRUE(made_b.ok());
+  ASSERT_EQ(made_b->size(), 3u);
+  EXPECT_EQ(TextOf((*made_b)[2]), "three");
   EXPECT_EQ(json::parse(*store.Get("b"))["output"][0]["content"][0]["text"], "four");
   EXPECT_FALSE(store.Get("z").has_value());
   EXPECT_EQ(store.Conversation("z").status().code(), absl::StatusCode::kNotFound);
