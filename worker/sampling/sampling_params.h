@@ -38,7 +38,7 @@ struct SamplingParams {
   std::string grammar;             // GBNF the whole output matches (response_format grammar)
   int logprobs = -1;               // -1 = none; 0 = the chosen token's; n = also top n (<= 20)
   int prompt_logprobs = -1;        // the same for each prompt token (vLLM's prompt_logprobs)
-  // A reasoning model (thinking_budget.h): reasoning_format "qwen3" (the output opens the
+  // A reasoning model (reasoning_constraint.h): reasoning_format "qwen3" (the output opens the
   // <think> block) or "deepseek_r1" (the prompt did); response_format then holds only the
   // answer after the block, which is closed after thinking_token_budget tokens (unset:
   // unbounded; needs a reasoning_format).

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/timer.h"
-#include "worker/sampling/thinking_budget.h"
+#include "worker/sampling/reasoning_constraint.h"
 #include "worker/server/api_util.h"
 #include "worker/server/block_hash.h"
 #include "worker/server/proto_convert.h"

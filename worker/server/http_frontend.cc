@@ -569,6 +569,14 @@ std::string ResponseIdOf(mg_connection* conn) {
   return path.substr(std::string_view("/v1/responses/").size());
 }
 
+// `words` random 32-bit words in hex: the unguessable part of a stored response's ids.
+std::string RandomHex(int words) {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < words; ++i) out += absl::StrFormat("%08x", rd());
+  return out;
+}
+
 // An item's "id" ("" when it has none that is a string).
 std::string ItemId(const json& item) {
   auto it = item.is_object() ? item.find("id") : item.end();
@@ -686,10 +694,8 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
     case openai::Endpoint::kResponses: {
       // Not the request id (a client may choose that): a stored response is fetched by its id.
       // Its items' ids (msg_..., rs_...) have their own random bits.
-      std::random_device rd;
-      const std::string id = absl::StrFormat("resp_%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-      auto b = std::make_unique<openai::ResponsesBuilder>(
-          *parsed, id, created, absl::StrFormat("%08x%08x%08x%08x", rd(), rd(), rd(), rd()));
+      auto b = std::make_unique<openai::ResponsesBuilder>(*parsed, "resp_" + RandomHex(4), created,
+                                                          RandomHex(4));
       responses = b.get();
       builder = std::move(b);
       break;
@@ -760,8 +766,7 @@ int HttpFrontend::Generate(mg_connection* conn, openai::Endpoint endpoint,
       const openai::Json& previous = parsed->responses["previous_response_id"];
       // Input items get ids of their own (GET .../input_items lists and pages by them).
       openai::Json input = parsed->responses_input;
-      std::random_device rd;
-      const std::string base = absl::StrFormat("msg_%08x%08x%08x_", rd(), rd(), rd());
+      const std::string base = absl::StrCat("msg_", RandomHex(3), "_");
       for (size_t i = 0; i < input.size(); ++i) {
         if (input[i].is_object() && ItemId(input[i]).empty())
           input[i]["id"] = absl::StrCat(base, i);

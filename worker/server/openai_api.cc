@@ -754,7 +754,7 @@ absl::StatusOr<ParsedRequest> ParseRequestJson(Endpoint endpoint, const json& ro
     TS_RETURN_IF_ERROR(ParseTools(f, model, &r, &out));
     // A reasoning model (--reasoning-parser): constrained decoding holds only the answer after
     // its <think> block, and thinking_token_budget (vLLM's) closes the block after N tokens
-    // (worker/sampling/thinking_budget.h). A forced tool call is held from the first token.
+    // (worker/sampling/reasoning_constraint.h). A forced tool call is held from the first token.
     const std::optional<int64_t> budget =
         f.Integer("thinking_token_budget", 0, std::numeric_limits<int32_t>::max());
     const bool forced_call = out.tool_choice == ParsedRequest::ToolChoice::kNamed ||

@@ -1,4 +1,4 @@
-#include "worker/sampling/thinking_budget.h"
+#include "worker/sampling/reasoning_constraint.h"
 
 #include <algorithm>
 #include <string_view>

@@ -1,4 +1,4 @@
-// File: worker/sampling/thinking_budget.h
+// File: worker/sampling/reasoning_constraint.h
 // A reasoning model's <think> block under constrained decoding and a thinking budget (vLLM's
 // semantics): the block is free text, and a structured output (the inner constraint: JSON,
 // regex, grammar) holds only the answer after it. With a budget (vLLM's

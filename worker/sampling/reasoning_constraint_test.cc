@@ -1,7 +1,7 @@
-// The reasoning constraint (thinking_budget.h): a free <think> block and a structured answer
+// The reasoning constraint (reasoning_constraint.h): a free <think> block and a structured answer
 // after it; the budget's forced close; a block the model closes itself, in pieces too; an
 // answer without thinking; UTF-8 characters left whole.
-#include "worker/sampling/thinking_budget.h"
+#include "worker/sampling/reasoning_constraint.h"
 
 #include <gtest/gtest.h>
 
